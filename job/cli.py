@@ -1,0 +1,74 @@
+"""Command line: `python -m job prepare | smoke | run`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from bundle.errors import BundleError
+from job.errors import JobError
+from job.hub import default_cache
+from job.protocol import DEFAULT_PROTOCOL, Protocol, load_protocol
+from job.resources import Resources, resolve_hub, resolve_local
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m job", description=(
+        "Calibrate a frozen text classifier with one temperature under a pre-registered protocol "
+        "and write a signed, verifiable bundle."))
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--protocol", type=Path, default=DEFAULT_PROTOCOL, help="pre-registered protocol (default: provenance.json)")
+        sp.add_argument("--resources", type=Path, help="local resource lock (JSON) instead of the hub cache")
+        sp.add_argument("--cache", type=Path, default=None, help="resource cache (default: $HF_HOME/calibration-runs)")
+
+    prep = sub.add_parser("prepare", help="download and check every pinned file into the cache")
+    common(prep)
+    prep.add_argument("--pins-out", type=Path, default=Path("observed-pins.json"),
+                      help="where to write sha256 values pinned on first use (default: ./observed-pins.json)")
+    smoke = sub.add_parser("smoke", help="run the first 8 calibration rows through the whole chain")
+    common(smoke)
+    run = sub.add_parser("run", help="the full run: calibration inference, fit, audit, metrics, bundle")
+    common(run)
+    run.add_argument("--out", type=Path, required=True, help="bundle directory to create (must not exist)")
+    key = run.add_mutually_exclusive_group()
+    key.add_argument("--signing-key", type=Path, help="Ed25519 private key (PKCS#8 PEM); passphrase from CALIBRATION_KEY_PASSPHRASE")
+    key.add_argument("--ephemeral-key", action="store_true", help="sign with a throwaway key written beside --out")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def _resources(args: argparse.Namespace, protocol: Protocol, pins_out: Path | None = None) -> Resources:
+    if args.resources is not None:
+        return resolve_local(args.resources, protocol.resources)
+    return resolve_hub(protocol.resources, args.cache or default_cache(), pins_out=pins_out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        protocol = load_protocol(args.protocol)
+        if args.command == "prepare":
+            res = _resources(args, protocol, pins_out=args.pins_out)
+            for repo in (res.model, res.dataset):
+                for f in repo.files:
+                    print(f"ok  {repo.repo_id}@{repo.revision[:12]} {f.path}  {f.size} bytes  sha256 {f.sha256}  ({f.pin} pin)")
+            print(f"profile {res.profile}" + "".join(f"\n  - {d}" for d in res.deviations))
+            return 0
+        if args.command == "smoke":
+            res = _resources(args, protocol)
+            from job.pipeline import smoke
+            print(json.dumps(smoke(protocol, res), indent=2))
+            print("smoke ok")
+            return 0
+        from job.run import run_to_bundle
+        return run_to_bundle(args, protocol, _resources(args, protocol))
+    except (JobError, BundleError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: no bundle was written", file=sys.stderr)
+        return 130

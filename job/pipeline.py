@@ -1,0 +1,225 @@
+"""The formal run, stage by stage, as the protocol orders it:
+split -> calibration inference -> fit -> temperature frozen -> audit inference -> metrics -> sealed bundle."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from job import __version__
+from job.artifacts import Artifacts
+from job.calibration import TemperatureFit, fit_temperature, softmax
+from job.dataset import Rows, load_rows
+from job.environment import PeakRss, StageClock, environment_record, git_commit
+from job.errors import JobError
+from job.hashing import sha256_file
+from job.inference import (PoolOutput, Settings, configure_torch, encode, load_model,
+                           model_directory, run_pool)
+from job.metrics import compute_metrics
+from job.predictions import predictions_table, read_logits
+from job.protocol import Protocol
+from job.resources import Resources
+from job.split import Pool, make_pools
+
+CAL, AUDIT = "calibration", "audit"
+
+
+@dataclass(frozen=True)
+class RunResult:
+    out: Path
+    fit: TemperatureFit
+    metrics: dict[str, Any]
+    profile: str
+    signed: bool
+
+
+def pools_record(protocol: Protocol, resources: Resources, rows: Rows, pools: dict[str, Pool]) -> dict[str, Any]:
+    members = {
+        name: [{"idx": int(rows.ids[p]), "split_key": k, "text_sha256": rows.text_sha256[p]}
+               for p, k in zip(pool.positions, pool.keys, strict=True)]
+        for name, pool in pools.items()
+    }
+    seen: set[int] = set()
+    for entries in members.values():
+        ids = {e["idx"] for e in entries}
+        if seen & ids:
+            raise JobError("The pools overlap; the split rule must give disjoint pools.")
+        seen |= ids
+    return {
+        "protocol_sha256": protocol.sha256,
+        "dataset_sha256": resources.dataset.files[0].sha256,
+        "prefix": protocol.prefix,
+        "pools": members,
+        "sizes": {name: len(pool.positions) for name, pool in pools.items()},
+    }
+
+
+def check_finite(out: PoolOutput, pool: str) -> None:
+    bad = ~np.isfinite(out.logits).all(axis=1)
+    if bad.any():
+        raise JobError(f"The model produced non-finite logits for {int(bad.sum())} {pool} rows; "
+                       "the weights or the inputs are broken, so no temperature can be fitted.")
+
+
+def _infer(model: Any, pad_id: int, tokenizer: Any, rows: Rows, pool: Pool, s: Settings,
+           progress: bool) -> PoolOutput:
+    texts = [rows.texts[p] for p in pool.positions]
+    enc = encode(tokenizer, texts, s.max_length)
+    out = run_pool(model, pad_id, enc, pool.keys, s, progress=f"{pool.name} inference" if progress else None)
+    check_finite(out, pool.name)
+    return out
+
+
+def _table(rows: Rows, pool: Pool, out: PoolOutput) -> Any:
+    pos = list(pool.positions)
+    return predictions_table(rows.ids[pos], pool.keys, tuple(rows.text_sha256[p] for p in pos),
+                             rows.labels[pos], out)
+
+
+def temperature_record(protocol: Protocol, fit: TemperatureFit, n: int, predictions_sha256: str) -> dict[str, Any]:
+    f = protocol.fit
+    return {
+        "protocol_sha256": protocol.sha256, "pool": CAL, "n": n, "predictions_sha256": predictions_sha256,
+        "temperature": fit.temperature, "beta": fit.beta, "t_min": float(f["t_min"]),
+        "t_max": float(f["t_max"]), "steps": int(f["steps"]), "boundary": fit.boundary,
+        "boundary_side": fit.boundary_side, "final_gradient": fit.final_gradient,
+        "bracket": list(fit.bracket), "nll_before": fit.nll_before, "nll_after": fit.nll_after,
+    }
+
+
+def trajectory_record(protocol: Protocol, fit: TemperatureFit) -> dict[str, Any]:
+    f = protocol.fit
+    return {
+        "protocol_sha256": protocol.sha256,
+        "beta_min": 1.0 / float(f["t_max"]), "beta_max": 1.0 / float(f["t_min"]),
+        "g_at_beta_min": fit.g_at_beta_min, "g_at_beta_max": fit.g_at_beta_max,
+        "steps": [{"step": s.step, "lo": s.lo, "hi": s.hi, "mid": s.mid, "g": s.g} for s in fit.steps],
+    }
+
+
+def metrics_record(protocol: Protocol, art: Artifacts, beta: float) -> dict[str, Any]:
+    """Raw and calibrated metrics of both pools, recomputed from the stored float32 logits."""
+    pools: dict[str, Any] = {}
+    unchanged = True
+    for name, role in ((AUDIT, "evidence"), (CAL, "fit pool, not evidence")):
+        rel = f"predictions/{name}.parquet"
+        logits32, labels = read_logits(art.path(rel))
+        z = logits32.astype(np.float64)
+        unchanged &= bool((softmax(beta * z).argmax(axis=1) == z.argmax(axis=1)).all())
+        pools[name] = {
+            "role": role, "predictions_sha256": art.sha256[rel],
+            "raw": compute_metrics(z, labels, 1.0, protocol.threshold),
+            "calibrated": compute_metrics(z, labels, beta, protocol.threshold),
+        }
+    return {"protocol_sha256": protocol.sha256, "temperature_sha256": art.sha256["temperature.json"],
+            "beta": beta, "temperature": 1.0 / beta, "argmax_unchanged": unchanged, "pools": pools}
+
+
+def predicate(protocol: Protocol, resources: Resources, metrics: dict[str, Any]) -> dict[str, Any]:
+    """What the signed statement says about the run, beyond the file digests."""
+    audit = metrics["pools"][AUDIT]
+    headline = {side: {k: audit[side][k] for k in ("accuracy", "nll", "brier", "ece")}
+                for side in ("raw", "calibrated")}
+    return {
+        "protocol_sha256": protocol.sha256,
+        "profile": resources.profile,
+        "resources": {role: {"repo_id": repo.repo_id, "revision": repo.revision,
+                             "files": {f.path: f.sha256 for f in repo.files}}
+                      for role, repo in (("model", resources.model), ("dataset", resources.dataset))},
+        "temperature": {"temperature": metrics["temperature"], "beta": metrics["beta"]},
+        "headline": {"pool": AUDIT, "n": audit["raw"]["n"], **headline},
+        "software": {"name": "calibration-runs", "version": __version__, "git_commit": git_commit()},
+    }
+
+
+def stage(protocol: Protocol, name: str, consumed: dict[str, str], produced: dict[str, str]) -> dict[str, Any]:
+    return {"name": name, "protocol_sha256": protocol.sha256, "consumed": consumed, "produced": produced}
+
+
+def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: bool = True) -> tuple[dict[str, Any], TemperatureFit, dict[str, Any]]:
+    """Run every stage into data_dir; return (metrics, fit, predicate). Pure of signing and publishing."""
+    art = Artifacts(data_dir)
+    clock = StageClock()
+    stages: list[dict[str, Any]] = []
+    s = Settings.from_protocol(protocol.inference)
+    with PeakRss() as rss:
+        with clock.stage("split"):
+            art.write_bytes("protocol.json", protocol.raw)
+            art.write_json("resources.json", resources.record(), "resources")
+            rows = load_rows(resources.dataset.files[0].local, resources.dataset_spec)
+            pools = make_pools(protocol.prefix, rows.ids, protocol.pool_sizes)
+            art.write_json("pools.json", pools_record(protocol, resources, rows, pools), "pools")
+            stages.append(stage(protocol, "split", art.pick("protocol.json", "resources.json"), art.pick("pools.json")))
+        with clock.stage("load-model"):
+            torch_info = configure_torch(s)
+            with model_directory(resources.model) as model_dir:
+                tokenizer, model = load_model(model_dir, s)
+            pad_id = int(tokenizer.pad_token_id or 0)
+        with clock.stage("calibration-inference"):
+            cal_out = _infer(model, pad_id, tokenizer, rows, pools[CAL], s, progress)
+            art.write_table(f"predictions/{CAL}.parquet", _table(rows, pools[CAL], cal_out))
+            stages.append(stage(protocol, "calibration-inference",
+                                art.pick("protocol.json", "resources.json", "pools.json"),
+                                art.pick(f"predictions/{CAL}.parquet")))
+        with clock.stage("fit"):
+            logits32, labels = read_logits(art.path(f"predictions/{CAL}.parquet"))
+            f = protocol.fit
+            fit = fit_temperature(logits32.astype(np.float64), labels, float(f["t_min"]), float(f["t_max"]), int(f["steps"]))
+            art.write_json("temperature.json", temperature_record(protocol, fit, len(labels),
+                           art.sha256[f"predictions/{CAL}.parquet"]), "temperature")
+            art.write_json("trajectory.json", trajectory_record(protocol, fit), "trajectory")
+            art.freeze("temperature.json")
+            stages.append(stage(protocol, "fit", art.pick(f"predictions/{CAL}.parquet"),
+                                art.pick("temperature.json", "trajectory.json")))
+        with clock.stage("audit-inference"):
+            if sha256_file(art.path("temperature.json")) != art.sha256["temperature.json"]:
+                raise JobError("temperature.json changed before the audit; the run is void, start it again.")
+            audit_out = _infer(model, pad_id, tokenizer, rows, pools[AUDIT], s, progress)
+            art.write_table(f"predictions/{AUDIT}.parquet", _table(rows, pools[AUDIT], audit_out))
+            stages.append(stage(protocol, "audit-inference",
+                                art.pick("protocol.json", "resources.json", "pools.json", "temperature.json"),
+                                art.pick(f"predictions/{AUDIT}.parquet")))
+        with clock.stage("metrics"):
+            metrics = metrics_record(protocol, art, fit.beta)
+            art.write_json("metrics.json", metrics, "metrics")
+            stages.append(stage(protocol, "metrics",
+                                art.pick("temperature.json", f"predictions/{CAL}.parquet", f"predictions/{AUDIT}.parquet"),
+                                art.pick("metrics.json")))
+        art.write_json("stages.json", {"protocol_sha256": protocol.sha256, "stages": stages}, "stages")
+    art.write_json("environment.json", environment_record(torch_info, clock, rss.mb), "environment")
+    return metrics, fit, predicate(protocol, resources, metrics)
+
+
+def smoke(protocol: Protocol, resources: Resources) -> dict[str, Any]:
+    """The first rows of the calibration pool through the whole chain; raises JobError on any break."""
+    s = Settings.from_protocol(protocol.inference)
+    rows = load_rows(resources.dataset.files[0].local, resources.dataset_spec)
+    pools = make_pools(protocol.prefix, rows.ids, protocol.pool_sizes)
+    spec = protocol.doc["split"]["smoke"]
+    full = pools[spec["pool"]]
+    n = int(spec["rows"])
+    pool = Pool(full.name, full.positions[:n], full.keys[:n])
+    configure_torch(s)
+    with model_directory(resources.model) as model_dir:
+        tokenizer, model = load_model(model_dir, s)
+    sample = rows.texts[pool.positions[0]]
+    unk = tokenizer.unk_token_id
+    if unk is not None and unk in tokenizer(sample)["input_ids"]:
+        raise JobError("The tokenizer maps words of a plain sentence to [UNK]; load it from the model "
+                       "directory so that its vocabulary is used.")
+    out = _infer(model, int(tokenizer.pad_token_id or 0), tokenizer, rows, pool, s, progress=False)
+    k = len(resources.dataset_spec["labels"])
+    if out.logits.shape != (n, k):
+        raise JobError(f"The model's logits have shape {list(out.logits.shape)}, expected [{n}, {k}]; "
+                       "the classifier does not match the dataset's labels.")
+    probs = softmax(out.logits.astype(np.float64))
+    if not np.allclose(probs.sum(axis=1), 1.0, atol=1e-12):
+        raise JobError("Probabilities do not sum to 1; the logits are broken.")
+    labels = rows.labels[list(pool.positions)]
+    return {"rows": n, "shape": list(out.logits.shape), "finite": True,
+            "max_prob_sum_error": float(np.abs(probs.sum(axis=1) - 1).max()),
+            "correct": int((out.logits.argmax(axis=1) == labels).sum()),
+            "tokens": int(out.token_count.sum())}

@@ -1,0 +1,50 @@
+"""Per-pool predictions as Parquet with fixed settings: ids, text hashes and numbers, no text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from numpy.typing import NDArray
+
+from job.calibration import softmax
+from job.inference import PoolOutput
+
+
+def predictions_table(ids: NDArray[np.int64], keys: tuple[str, ...], text_sha256: tuple[str, ...],
+                      labels: NDArray[np.int64], out: PoolOutput) -> pa.Table:
+    """One row per pool member, in pool order; columns as in bundle/FORMAT.md."""
+    k = out.logits.shape[1]
+    probs = softmax(out.logits.astype(np.float64))
+    cols: dict[str, pa.Array] = {
+        "idx": pa.array(ids.astype(np.int32), pa.int32()),
+        "split_key": pa.array(list(keys), pa.string()),
+        "text_sha256": pa.array(list(text_sha256), pa.string()),
+        "label": pa.array(labels.astype(np.int64), pa.int64()),
+    }
+    for j in range(k):
+        cols[f"logit_{j}"] = pa.array(out.logits[:, j], pa.float32())
+    for j in range(k):
+        cols[f"prob_{j}"] = pa.array(probs[:, j], pa.float64())
+    cols["pred"] = pa.array(out.logits.argmax(axis=1).astype(np.int64), pa.int64())
+    cols["token_count"] = pa.array(out.token_count.astype(np.int32), pa.int32())
+    cols["truncated"] = pa.array(out.truncated, pa.bool_())
+    cols["batch"] = pa.array(out.batch.astype(np.int32), pa.int32())
+    return pa.table(cols)
+
+
+def write_predictions(table: pa.Table, path: Path) -> None:
+    """Deterministic bytes for the same table and pyarrow version."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path, compression="zstd", use_dictionary=False, write_statistics=False,
+                   version="2.6", data_page_version="1.0", store_schema=True)
+
+
+def read_logits(path: Path) -> tuple[NDArray[np.float32], NDArray[np.int64]]:
+    """Logits [n, K] float32 and labels from a predictions file."""
+    table = pq.read_table(path)
+    k = sum(1 for name in table.column_names if name.startswith("logit_"))
+    logits = np.stack([table.column(f"logit_{j}").to_numpy() for j in range(k)], axis=1)
+    return logits.astype(np.float32), table.column("label").to_numpy().astype(np.int64)

@@ -1,0 +1,51 @@
+"""`python -m job run`: execute the protocol into a staging directory, seal, sign, publish atomically."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from bundle.bag import seal
+from bundle.keys import generate, load_private_key
+from bundle.publish import assembling
+from job.errors import JobError
+from job.pipeline import execute
+from job.protocol import Protocol
+from job.resources import Resources
+from job.summary import summary
+
+
+def _signing_key(args: argparse.Namespace) -> Any:
+    if args.signing_key is not None:
+        return load_private_key(args.signing_key)
+    if args.ephemeral_key:
+        key_dir = args.out.parent / f"{args.out.name}.key"
+        fingerprint = generate(key_dir)
+        print(f"throwaway signing key written to {key_dir}/ (fingerprint {fingerprint}); "
+              f"verify with --trusted-key {key_dir}/signing-key.pub.pem", file=sys.stderr)
+        return load_private_key(key_dir / "signing-key.pem")
+    print("warning: no --signing-key given; the bundle will be unsigned and cannot be verified as "
+          "coming from anyone", file=sys.stderr)
+    return None
+
+
+def run_to_bundle(args: argparse.Namespace, protocol: Protocol, resources: Resources) -> int:
+    """Run, then seal the bundle at --out; nothing appears at --out unless it is complete."""
+    if args.out.exists():
+        raise JobError(f"Output directory {args.out} already exists; choose a new --out or remove it.")
+    if resources.profile != "formal":
+        print("note: resources differ from the protocol's pins; the bundle is labelled profile "
+              "'other':" + "".join(f"\n  - {d}" for d in resources.deviations), file=sys.stderr)
+    key = _signing_key(args)
+    with assembling(args.out) as staging:
+        metrics, fit, predicate = execute(protocol, resources, staging / "data", progress=not args.no_progress)
+        seal(staging, description=f"Temperature-scaling calibration run under protocol {protocol.sha256[:16]} "
+             f"({protocol.doc['name']}), profile {resources.profile}.",
+             protocol_sha256=protocol.sha256, profile=resources.profile, predicate=predicate,
+             private_key=key)
+    temperature = json.loads((args.out / "data" / "temperature.json").read_text())
+    print(summary(metrics, temperature, resources.profile))
+    print(f"bundle written to {args.out}" + ("" if key is not None else " (UNSIGNED)"))
+    return 0

@@ -1,0 +1,28 @@
+"""The short human summary printed at the end of a run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+ROWS = (("accuracy", "{:.4f}"), ("mean_confidence", "{:.4f}"), ("nll", "{:.4f}"),
+        ("brier", "{:.4f}"), ("ece", "{:.4f}"), ("mce", "{:.4f}"))
+
+
+def summary(metrics: dict[str, Any], temperature: dict[str, Any], profile: str) -> str:
+    """T and the audit-pool metric table, raw vs calibrated."""
+    audit = metrics["pools"]["audit"]
+    raw, cal = audit["raw"], audit["calibrated"]
+    flag = f"  (BOUNDARY: {temperature['boundary_side']})" if temperature["boundary"] else ""
+    lines = [
+        f"profile {profile}; temperature T = {temperature['temperature']:.6f} (beta = {temperature['beta']:.6f}){flag}",
+        f"calibration-pool NLL {temperature['nll_before']:.4f} -> {temperature['nll_after']:.4f} (fit pool, not evidence)",
+        f"audit pool, n = {raw['n']}:",
+        f"  {'metric':<16}{'raw':>10}{'calibrated':>12}",
+    ]
+    for key, fmt in ROWS:
+        lines.append(f"  {key:<16}{fmt.format(raw[key]):>10}{fmt.format(cal[key]):>12}")
+    lines.append(f"  {'correct':<16}{raw['correct']:>10}{cal['correct']:>12}")
+    for side, m in (("raw", raw), ("calibrated", cal)):
+        t = m["threshold"]
+        lines.append(f"  p >= {t['value']} ({side}): {t['accepted']} accepted, {t['wrong_accepted']} of them wrong")
+    return "\n".join(lines)
