@@ -3,17 +3,15 @@ split -> calibration inference -> fit -> temperature frozen -> audit inference -
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from job import __version__
 from job.artifacts import Artifacts
 from job.calibration import TemperatureFit, fit_temperature, softmax
 from job.dataset import Rows, load_rows
-from job.environment import PeakRss, StageClock, environment_record, git_commit
+from job.environment import PeakRss, StageClock, environment_record
 from job.errors import JobError
 from job.hashing import sha256_file
 from job.inference import (PoolOutput, Settings, configure_torch, encode, load_model,
@@ -25,15 +23,6 @@ from job.resources import Resources
 from job.split import Pool, make_pools
 
 CAL, AUDIT = "calibration", "audit"
-
-
-@dataclass(frozen=True)
-class RunResult:
-    out: Path
-    fit: TemperatureFit
-    metrics: dict[str, Any]
-    profile: str
-    signed: bool
 
 
 def pools_record(protocol: Protocol, resources: Resources, rows: Rows, pools: dict[str, Pool]) -> dict[str, Any]:
@@ -118,29 +107,12 @@ def metrics_record(protocol: Protocol, art: Artifacts, beta: float) -> dict[str,
             "beta": beta, "temperature": 1.0 / beta, "argmax_unchanged": unchanged, "pools": pools}
 
 
-def predicate(protocol: Protocol, resources: Resources, metrics: dict[str, Any]) -> dict[str, Any]:
-    """What the signed statement says about the run, beyond the file digests."""
-    audit = metrics["pools"][AUDIT]
-    headline = {side: {k: audit[side][k] for k in ("accuracy", "nll", "brier", "ece")}
-                for side in ("raw", "calibrated")}
-    return {
-        "protocol_sha256": protocol.sha256,
-        "profile": resources.profile,
-        "resources": {role: {"repo_id": repo.repo_id, "revision": repo.revision,
-                             "files": {f.path: f.sha256 for f in repo.files}}
-                      for role, repo in (("model", resources.model), ("dataset", resources.dataset))},
-        "temperature": {"temperature": metrics["temperature"], "beta": metrics["beta"]},
-        "headline": {"pool": AUDIT, "n": audit["raw"]["n"], **headline},
-        "software": {"name": "calibration-runs", "version": __version__, "git_commit": git_commit()},
-    }
-
-
 def stage(protocol: Protocol, name: str, consumed: dict[str, str], produced: dict[str, str]) -> dict[str, Any]:
     return {"name": name, "protocol_sha256": protocol.sha256, "consumed": consumed, "produced": produced}
 
 
-def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: bool = True) -> tuple[dict[str, Any], TemperatureFit, dict[str, Any]]:
-    """Run every stage into data_dir; return (metrics, fit, predicate). Pure of signing and publishing."""
+def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: bool = True) -> tuple[dict[str, Any], TemperatureFit]:
+    """Run every stage into data_dir; return (metrics, fit). Signing and publishing happen elsewhere."""
     art = Artifacts(data_dir)
     clock = StageClock()
     stages: list[dict[str, Any]] = []
@@ -190,7 +162,7 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
                                 art.pick("metrics.json")))
         art.write_json("stages.json", {"protocol_sha256": protocol.sha256, "stages": stages}, "stages")
     art.write_json("environment.json", environment_record(torch_info, clock, rss.mb), "environment")
-    return metrics, fit, predicate(protocol, resources, metrics)
+    return metrics, fit
 
 
 def smoke(protocol: Protocol, resources: Resources) -> dict[str, Any]:

@@ -40,10 +40,10 @@ def run_to_bundle(args: argparse.Namespace, protocol: Protocol, resources: Resou
               "'other':" + "".join(f"\n  - {d}" for d in resources.deviations), file=sys.stderr)
     key = _signing_key(args)
     with assembling(args.out) as staging:
-        metrics, fit, predicate = execute(protocol, resources, staging / "data", progress=not args.no_progress)
+        metrics, fit = execute(protocol, resources, staging / "data", progress=not args.no_progress)
         seal(staging, description=f"Temperature-scaling calibration run under protocol {protocol.sha256[:16]} "
              f"({protocol.doc['name']}), profile {resources.profile}.",
-             protocol_sha256=protocol.sha256, profile=resources.profile, predicate=predicate,
+             protocol_sha256=protocol.sha256, profile=resources.profile,
              private_key=key)
     temperature = json.loads((args.out / "data" / "temperature.json").read_text())
     print(summary(metrics, temperature, resources.profile))

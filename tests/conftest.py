@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from tests.factory import SHARED_FIXTURES, make_world
+
+
+@pytest.fixture(autouse=True)
+def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unit tests never touch the network: any outbound connection fails loudly."""
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise OSError("network disabled in tests")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def tiny_world(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(protocol, lock) for a tiny generated classifier and a 48-row synthetic dataset."""
+    return make_world(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="session")
+def signing_key_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from bundle.keys import generate
+
+    out = tmp_path_factory.mktemp("keys") / "k"
+    generate(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_bundle(tiny_world: tuple[Path, Path], signing_key_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real signed bundle from the job on the tiny fixtures. Treat as read-only: copy before tampering."""
+    from job.cli import main
+
+    protocol, lock = tiny_world
+    out = tmp_path_factory.mktemp("bundle") / "run"
+    rc = main(["run", "--protocol", str(protocol), "--resources", str(lock), "--out", str(out),
+               "--signing-key", str(signing_key_dir / "signing-key.pem"), "--no-progress"])
+    assert rc == 0
+    return out
+
+
+needs_shared = pytest.mark.skipif(not SHARED_FIXTURES.is_dir(), reason="../shared/fixtures is absent")

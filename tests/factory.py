@@ -1,0 +1,98 @@
+"""Small generated fixtures: a tiny DistilBERT classifier, a synthetic SST-2-like parquet, a
+protocol sized for them, and a resource lock pointing at them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_FIXTURES = REPO.parent / "shared" / "fixtures"
+WORDS = ("good great fine bad awful dull movie film plot actor story funny boring warm cold "
+         "charming bleak smart silly moving flat lovely tedious bright dark").split()
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def make_model(out: Path, num_labels: int = 2, seed: int = 0) -> Path:
+    """A randomly initialised 2-layer DistilBERT classifier with a small word-level vocabulary."""
+    import torch
+    from transformers import DistilBertConfig, DistilBertForSequenceClassification
+
+    out.mkdir(parents=True, exist_ok=True)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "'s", *WORDS]
+    (out / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    (out / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 512, "do_lower_case": True}))
+    torch.manual_seed(seed)
+    config = DistilBertConfig(vocab_size=len(vocab), dim=32, n_layers=2, n_heads=2, hidden_dim=64,
+                              max_position_embeddings=512, num_labels=num_labels, pad_token_id=0)
+    model = DistilBertForSequenceClassification(config)
+    with torch.no_grad():  # make it confident so that calibration has something to fix
+        model.classifier.weight.mul_(40.0)
+    model.save_pretrained(out, safe_serialization=True)
+    return out
+
+
+def make_dataset(path: Path, rows: int = 48, num_labels: int = 2, seed: int = 0,
+                 long_rows: int = 1) -> Path:
+    """idx int32, sentence string, label int64, like stanfordnlp/sst2; a few rows over 512 tokens."""
+    import random
+
+    rng = random.Random(seed)
+    sentences = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 20))) + " . " for _ in range(rows)]
+    for i in range(long_rows):
+        sentences[i] = " ".join(rng.choice(WORDS) for _ in range(600)) + " "
+    table = pa.table({
+        "idx": pa.array(range(rows), pa.int32()),
+        "sentence": pa.array(sentences, pa.string()),
+        "label": pa.array([rng.randrange(num_labels) for _ in range(rows)], pa.int64()),
+    })
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+    return path
+
+
+def make_protocol(path: Path, sizes: tuple[int, int, int] = (8, 20, 20), labels: list[str] | None = None) -> Path:
+    """The repository's protocol with pool sizes and dataset shape for the small fixtures."""
+    doc = json.loads((REPO / "provenance.json").read_text())
+    for pool, size in zip(doc["split"]["pools"], sizes, strict=True):
+        pool["size"] = size
+    doc["resources"]["dataset"]["rows"] = sum(sizes)
+    if labels is not None:
+        doc["resources"]["dataset"]["labels"] = labels
+    doc["inference"]["torch_threads"] = 1
+    path.write_text(json.dumps(doc, indent=2))
+    return path
+
+
+def make_lock(path: Path, model_dir: Path, dataset: Path, rows: int, labels: list[str]) -> Path:
+    """A resource lock with absolute local paths and the files' real hashes."""
+    def entry(repo_path: str, local: Path) -> dict:
+        return {"path": repo_path, "size": local.stat().st_size, "sha256": sha256(local), "local_path": str(local)}
+
+    lock = {
+        "model": {"repo_id": "test/tiny-distilbert", "repo_type": "model", "revision": "local",
+                  "files": [entry(p.name, p) for p in sorted(model_dir.iterdir())]},
+        "dataset": {"repo_id": "test/tiny-sst2", "repo_type": "dataset", "revision": "local",
+                    "files": [entry("data/validation-00000-of-00001.parquet", dataset)],
+                    "rows": rows, "columns": {"idx": "int32", "sentence": "string", "label": "int64"},
+                    "labels": labels},
+    }
+    path.write_text(json.dumps(lock, indent=2))
+    return path
+
+
+def make_world(root: Path, num_labels: int = 2, sizes: tuple[int, int, int] = (8, 20, 20)) -> tuple[Path, Path]:
+    """Model, dataset, protocol and lock under root; returns (protocol, lock)."""
+    labels = ["negative", "positive"] if num_labels == 2 else [f"class{i}" for i in range(num_labels)]
+    model = make_model(root / "model", num_labels)
+    data = make_dataset(root / "data" / "validation.parquet", sum(sizes), num_labels)
+    protocol = make_protocol(root / "protocol.json", sizes, labels)
+    lock = make_lock(root / "lock.json", model, data, sum(sizes), labels)
+    return protocol, lock

@@ -1,0 +1,181 @@
+"""Every schema: Draft 2020-12, the right $id, closed objects; accepts a good example, rejects extras."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from bundle import layout
+from bundle.dsse import sign_envelope
+from bundle.errors import BundleError, SchemaViolation
+from bundle.examples import REPO_PROTOCOL, example_documents
+from bundle.keys import fingerprint
+from bundle.schemas import (SCHEMA_DIR, SCHEMA_NAMES, is_valid, load_schema, schema_id,
+                            schema_sha256, validate)
+from bundle.statement import build_statement, predicate_from_payload, schemas_map
+
+PROTOCOL_BYTES = REPO_PROTOCOL.read_bytes()
+HEX = "ab" * 32
+
+
+def _lock() -> dict[str, Any]:
+    protocol = json.loads(PROTOCOL_BYTES)["resources"]
+    lock = copy.deepcopy(protocol)
+    for part in ("model", "dataset"):
+        for entry in lock[part]["files"]:
+            entry["local_path"] = f"../fixtures/{entry['path']}"
+    return lock
+
+
+def _predicate(tmp: Path) -> dict[str, Any]:
+    from bundle.examples import write_example_payload
+
+    write_example_payload(tmp)
+    predicate = predicate_from_payload(tmp)
+    predicate["schemas"] = schemas_map(list(layout.PAYLOAD_SCHEMAS))
+    predicate["signer_fingerprint"] = HEX
+    return predicate
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    docs = example_documents(PROTOCOL_BYTES)
+    predicate = _predicate(tmp_path_factory.mktemp("payload"))
+    statement = build_statement({"data/protocol.json": HEX}, predicate)
+    envelope = sign_envelope(b"{}", layout.PAYLOAD_TYPE, Ed25519PrivateKey.generate())
+    return {
+        "protocol": json.loads(PROTOCOL_BYTES),
+        "resource-lock": _lock(),
+        **{layout.PAYLOAD_SCHEMAS[path]: doc for path, doc in docs.items()},
+        "predicate": predicate,
+        "statement": statement,
+        "envelope": envelope,
+    }
+
+
+def test_every_schema_has_an_example(good: dict[str, Any]) -> None:
+    assert sorted(good) == sorted(SCHEMA_NAMES)
+    assert sorted(p.name for p in SCHEMA_DIR.glob("*.schema.json")) == sorted(
+        f"{n}.schema.json" for n in SCHEMA_NAMES)
+
+
+@pytest.mark.parametrize("name", SCHEMA_NAMES)
+def test_schema_header(name: str) -> None:
+    schema = load_schema(name)
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert schema["$id"] == schema_id(name) == f"https://calibration-runs.example/schemas/{name}/v1"
+    assert schema["additionalProperties"] is False
+    assert schema_sha256(name) == hashlib.sha256(
+        (SCHEMA_DIR / f"{name}.schema.json").read_bytes()).hexdigest()
+
+
+def _objects(node: Any, where: str = "$") -> list[tuple[str, dict[str, Any]]]:
+    found = []
+    if isinstance(node, dict):
+        if "properties" in node:
+            found.append((where, node))
+        for key, value in node.items():
+            found += _objects(value, f"{where}.{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found += _objects(value, f"{where}[{i}]")
+    return found
+
+
+@pytest.mark.parametrize("name", SCHEMA_NAMES)
+def test_every_object_with_properties_is_closed(name: str) -> None:
+    for where, node in _objects(load_schema(name)):
+        assert node.get("additionalProperties") is False, f"{name} {where}"
+
+
+@pytest.mark.parametrize("name", SCHEMA_NAMES)
+def test_good_example_validates(name: str, good: dict[str, Any]) -> None:
+    validate(good[name], name)
+    assert is_valid(good[name], name)
+
+
+@pytest.mark.parametrize("name", SCHEMA_NAMES)
+def test_extra_top_level_property_rejected(name: str, good: dict[str, Any]) -> None:
+    doc = copy.deepcopy(good[name])
+    doc["unexpected"] = 1
+    with pytest.raises(SchemaViolation, match=r"'unexpected' was unexpected"):
+        validate(doc, name, source=f"the {name} file")
+
+
+@pytest.mark.parametrize(("name", "path"), [
+    ("protocol", ["resources", "model", "files", 0]),
+    ("resources", ["model", "files", 0]),
+    ("resource-lock", ["dataset"]),
+    ("pools", ["pools", "audit", 0]),
+    ("trajectory", ["steps", 0]),
+    ("metrics", ["pools", "audit", "raw", "bins", 3]),
+    ("stages", ["stages", 0]),
+    ("environment", ["stage_times", 0]),
+    ("predicate", ["audit", "raw"]),
+    ("statement", ["subject", 0, "digest"]),
+    ("envelope", ["signatures", 0]),
+])
+def test_extra_nested_property_rejected(name: str, path: list[Any], good: dict[str, Any]) -> None:
+    doc = copy.deepcopy(good[name])
+    node = doc
+    for part in path:
+        node = node[part]
+    node["extra"] = True
+    with pytest.raises(SchemaViolation, match="'extra' was unexpected"):
+        validate(doc, name)
+
+
+def test_repository_protocol_validates() -> None:
+    doc = json.loads(PROTOCOL_BYTES)
+    validate(doc, "protocol", source="provenance.json")
+    safetensors = [f for f in doc["resources"]["model"]["files"] if f["path"] == "model.safetensors"]
+    assert safetensors[0]["sha256"] is None  # unpinned by hash, allowed
+
+
+def test_violation_message_names_file_field_and_problem(good: dict[str, Any]) -> None:
+    doc = copy.deepcopy(good["temperature"])
+    doc["predictions_sha256"] = "ABC"
+    with pytest.raises(SchemaViolation) as info:
+        validate(doc, "temperature", source="data/temperature.json")
+    message = str(info.value)
+    assert "data/temperature.json" in message and "$.predictions_sha256" in message
+    assert "does not match" in message and message.count("\n") == 0
+
+
+@pytest.mark.parametrize("bad", ["ab" * 32 + "\n", "AB" * 32, "ab" * 31])
+def test_sha256_hex_is_exact(bad: str, good: dict[str, Any]) -> None:
+    doc = copy.deepcopy(good["pools"])
+    doc["dataset_sha256"] = bad
+    assert not is_valid(doc, "pools")
+
+
+@pytest.mark.parametrize("key", ["../x.json", "/etc/passwd", "a//b", "a\nb"])
+def test_stage_paths_must_be_relative(key: str, good: dict[str, Any]) -> None:
+    doc = copy.deepcopy(good["stages"])
+    doc["stages"][0]["consumed"][key] = HEX
+    assert not is_valid(doc, "stages")
+
+
+def test_nullable_and_enum_fields(good: dict[str, Any]) -> None:
+    temperature = copy.deepcopy(good["temperature"])
+    temperature.update(boundary=True, boundary_side="t_max")
+    validate(temperature, "temperature")
+    temperature["boundary_side"] = "middle"
+    assert not is_valid(temperature, "temperature")
+    metrics = copy.deepcopy(good["metrics"])
+    metrics["pools"]["audit"]["role"] = "fit pool, not evidence"
+    assert not is_valid(metrics, "metrics")
+    environment = copy.deepcopy(good["environment"])
+    environment["stage_times"][0]["start"] = "2024-05-07 00:00:00"
+    assert not is_valid(environment, "environment")
+
+
+def test_unknown_schema_name() -> None:
+    with pytest.raises(BundleError, match="Unknown schema 'bench'"):
+        validate({}, "bench")
