@@ -96,7 +96,10 @@ def load_model(model_dir: Path, s: Settings) -> tuple[Any, Any]:
     """Tokenizer and classifier in eval mode, float32, the protocol's attention implementation."""
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         model = AutoModelForSequenceClassification.from_pretrained(

@@ -1,0 +1,192 @@
+"""seal(): a generated payload becomes a bag that bagit-python validates, with a verifiable statement."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import bagit
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from bundle import layout
+from bundle.bag import (bagging_date, file_digests, parse_bag_info, parse_manifest,
+                        payload_files, read_bag_info, read_manifest, seal)
+from bundle.canonical import dumps, loads_strict
+from bundle.dsse import verify_envelope
+from bundle.errors import BundleError
+from bundle.examples import write_example_payload
+from bundle.keys import fingerprint, load_public_key
+from bundle.schemas import schema_sha256, validate
+from bundle.statement import parse_statement, predicate_from_payload
+
+KEY = Ed25519PrivateKey.generate()
+
+
+def _tiny(tmp_path: Path) -> tuple[Path, str]:
+    bag = tmp_path / "bag"
+    (bag / "data" / "sub dir").mkdir(parents=True)
+    protocol = (Path(__file__).resolve().parent.parent / "provenance.json").read_bytes()
+    (bag / "data" / "protocol.json").write_bytes(protocol)
+    (bag / "data" / "sub dir" / "b.bin").write_bytes(bytes(range(256)) * 10)
+    (bag / "data" / "a.txt").write_text("héllo\n", encoding="utf-8")
+    return bag, hashlib.sha256(protocol).hexdigest()
+
+
+def test_tiny_unsigned_bag_validates_with_bagit(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1715040000")
+    bag, protocol_sha256 = _tiny(tmp_path)
+    seal(bag, description="tiny", protocol_sha256=protocol_sha256, profile="other",
+         complete=False)
+    parsed = bagit.Bag(str(bag))
+    parsed.validate()
+    assert parsed.info["Bagging-Date"] == "2024-05-07"
+    assert parsed.info["Payload-Oxum"] == f"{2560 + 7 + len(protocol_bytes(bag))}.3"
+    assert not (bag / layout.PROVENANCE).exists() and not (bag / layout.SIGNER_PUB).exists()
+    assert (bag / layout.BAGIT_TXT).read_text() == (
+        "BagIt-Version: 1.0\nTag-File-Character-Encoding: UTF-8\n")
+    info = read_bag_info(bag)
+    assert list(info) == ["Bagging-Date", "Payload-Oxum", "External-Description",
+                          "Protocol-SHA256", "Profile"]
+    manifest = (bag / layout.MANIFEST_SHA256).read_text()
+    assert manifest.splitlines()[0].endswith("  data/a.txt")
+    assert list(read_manifest(bag, layout.MANIFEST_SHA256)) == payload_files(bag) == [
+        "data/a.txt", "data/protocol.json", "data/sub dir/b.bin"]
+    assert list(read_manifest(bag, layout.TAGMANIFEST_SHA256)) == [
+        "bag-info.txt", "bagit.txt", "manifest-sha256.txt", "manifest-sha512.txt"]
+
+
+def protocol_bytes(bag: Path) -> bytes:
+    return (bag / layout.PROTOCOL_JSON).read_bytes()
+
+
+def _signed(tmp_path: Path) -> Path:
+    bag = tmp_path / "signed"
+    protocol_sha256 = write_example_payload(bag)
+    seal(bag, description="example", protocol_sha256=protocol_sha256, profile="formal",
+         private_key=KEY)
+    return bag
+
+
+def test_signed_example_bag(tmp_path: Path) -> None:
+    bag = _signed(tmp_path)
+    bagit.Bag(str(bag)).validate()
+    assert read_bag_info(bag)["Signer-Fingerprint"] == fingerprint(KEY)
+    assert sorted(read_manifest(bag, layout.TAGMANIFEST_SHA256)) == sorted(
+        set(layout.TAG_FILES) - {layout.TAGMANIFEST_SHA256})
+    public = load_public_key(bag / layout.SIGNER_PUB)
+    raw_envelope = (bag / layout.PROVENANCE).read_bytes()
+    envelope = loads_strict(raw_envelope)
+    assert dumps(envelope) == raw_envelope
+    validate(envelope, "envelope")
+    payload = verify_envelope(envelope, public, payload_type=layout.PAYLOAD_TYPE)
+    statement = parse_statement(payload)
+    assert payload == dumps(statement)
+    names = [s["name"] for s in statement["subject"]]
+    assert names == sorted(names) == list(layout.PAYLOAD_FILES)
+    manifest = read_manifest(bag, layout.MANIFEST_SHA256)
+    assert {s["name"]: s["digest"]["sha256"] for s in statement["subject"]} == manifest
+    predicate = statement["predicate"]
+    assert predicate["signer_fingerprint"] == fingerprint(KEY)
+    assert predicate["schemas"]["data/metrics.json"] == {
+        "id": "https://calibration-runs.example/schemas/metrics/v1",
+        "sha256": schema_sha256("metrics")}
+    assert sorted(predicate["schemas"]) == sorted(layout.PAYLOAD_SCHEMAS)
+    restated = predicate_from_payload(bag)
+    assert {k: predicate[k] for k in restated} == restated
+
+
+def test_tampered_payload_fails_bagit(tmp_path: Path) -> None:
+    bag = _signed(tmp_path)
+    with open(bag / layout.TEMPERATURE_JSON, "r+b") as fh:
+        fh.seek(5)
+        fh.write(b"X")
+    with pytest.raises(bagit.BagValidationError):
+        bagit.Bag(str(bag)).validate()
+
+
+def test_sha512_manifest(tmp_path: Path) -> None:
+    bag = _signed(tmp_path)
+    sha512 = read_manifest(bag, layout.MANIFEST_SHA512)
+    for path, digest in sha512.items():
+        assert hashlib.sha512((bag / path).read_bytes()).hexdigest() == digest
+        assert file_digests(bag / path)[1] == digest
+
+
+def _payload(tmp_path: Path) -> tuple[Path, str]:
+    bag = tmp_path / "p"
+    return bag, write_example_payload(bag)
+
+
+def _rewrite(bag: Path, rel: str, change: Any) -> None:
+    doc = json.loads((bag / rel).read_bytes())
+    change(doc)
+    (bag / rel).write_bytes(dumps(doc))
+
+
+@pytest.mark.parametrize(("setup", "message"), [
+    (lambda b: (b / layout.TRAJECTORY_JSON).unlink(), r"missing: \['data/trajectory.json'\]"),
+    (lambda b: (b / "data" / "notes.txt").write_text("x"), r"extra: \['data/notes.txt'\]"),
+    (lambda b: (b / layout.POOLS_JSON).write_bytes(b'{"a": 1}\n'), "not canonical"),
+    (lambda b: _rewrite(b, layout.METRICS_JSON, lambda d: d.update(beta="x")),
+     r"data/metrics.json does not follow schema metrics/v1 .*\$\.beta"),
+    (lambda b: _rewrite(b, layout.RESOURCES_JSON, lambda d: d.update(profile="other")),
+     "says profile 'other'"),
+    (lambda b: (b / layout.PROTOCOL_JSON).write_bytes(b"{}\n"), "copy the protocol file byte"),
+    (lambda b: (b / "bagit.txt").write_text("x"), "already holds bagit.txt"),
+    (lambda b: (b / "data" / "link").symlink_to(b / layout.POOLS_JSON), "symbolic link"),
+    (lambda b: (b / "data" / "bad%name").write_text("x"), "rename the file"),
+])
+def test_seal_refuses_a_bad_payload(tmp_path: Path, setup: Any, message: str) -> None:
+    bag, protocol_sha256 = _payload(tmp_path)
+    setup(bag)
+    with pytest.raises(BundleError, match=message):
+        seal(bag, description="x", protocol_sha256=protocol_sha256, profile="formal",
+             private_key=KEY)
+    assert not (bag / layout.TAGMANIFEST_SHA256).exists()
+
+
+def test_seal_refuses_bad_arguments(tmp_path: Path) -> None:
+    bag, protocol_sha256 = _payload(tmp_path)
+    with pytest.raises(BundleError, match="not one of formal, other"):
+        seal(bag, description="x", protocol_sha256=protocol_sha256, profile="casual")
+    with pytest.raises(BundleError, match="64 lowercase hex"):
+        seal(bag, description="x", protocol_sha256="abc", profile="formal")
+    with pytest.raises(BundleError, match="single line"):
+        seal(bag, description="two\nlines", protocol_sha256=protocol_sha256, profile="formal")
+    predicate = predicate_from_payload(bag)
+    predicate["profile"] = "other"
+    with pytest.raises(BundleError, match="predicate's profile"):
+        seal(bag, description="x", protocol_sha256=protocol_sha256, profile="formal",
+             predicate=predicate, private_key=KEY)
+
+
+def test_bagging_date(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "0")
+    assert bagging_date() == "1970-01-01"
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "soon")
+    with pytest.raises(BundleError, match="SOURCE_DATE_EPOCH"):
+        bagging_date()
+
+
+def test_parsers_reject_damage() -> None:
+    good = "ab" * 32 + "  data/x\n"
+    assert parse_manifest(good, algorithm="sha256", source="m") == {"data/x": "ab" * 32}
+    for bad in ["ab  data/x\n", good + good, good[:-1], "AB" * 32 + "  data/x\n"]:
+        with pytest.raises(BundleError):
+            parse_manifest(bad, algorithm="sha256", source="m")
+    assert parse_bag_info("A: 1\nB: two words\n") == {"A": "1", "B": "two words"}
+    for bad in ["A 1\n", "A: 1\nA: 2\n", ": x\n"]:
+        with pytest.raises(BundleError):
+            parse_bag_info(bad)
+
+
+def test_envelope_payload_is_base64_of_canonical_statement(tmp_path: Path) -> None:
+    bag = _signed(tmp_path)
+    envelope = json.loads((bag / layout.PROVENANCE).read_bytes())
+    payload = base64.b64decode(envelope["payload"])
+    assert payload.endswith(b"}\n") and b": " not in payload

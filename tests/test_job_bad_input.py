@@ -1,0 +1,119 @@
+"""Every bad input: one clear sentence, a non-zero exit, and nothing left at --out."""
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from job.cli import main
+from tests.factory import make_lock, sha256
+
+
+def run(protocol: Path, lock: Path, out: Path, key_dir: Path) -> int:
+    return main(["run", "--protocol", str(protocol), "--resources", str(lock), "--out", str(out),
+                 "--signing-key", str(key_dir / "signing-key.pem"), "--no-progress"])
+
+
+def assert_clean_failure(rc: int, capsys, out: Path, *fragments: str) -> None:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    message = err[-1]
+    assert message.startswith("error: ")
+    for fragment in fragments:
+        assert fragment in message, message
+    assert not out.exists()
+    assert not [p for p in out.parent.iterdir() if ".partial" in p.name]
+
+
+def with_dataset(tmp_path: Path, tiny_world, mutate) -> Path:
+    """A lock whose dataset is the tiny one after `mutate(table) -> table`."""
+    _, lock = tiny_world
+    doc = json.loads(lock.read_text())
+    src = Path(doc["dataset"]["files"][0]["local_path"])
+    table = mutate(pq.read_table(src))
+    path = tmp_path / "bad.parquet"
+    pq.write_table(table, path)
+    doc["dataset"]["files"][0].update(local_path=str(path), size=path.stat().st_size, sha256=sha256(path))
+    bad = tmp_path / "lock.json"
+    bad.write_text(json.dumps(doc))
+    return bad
+
+
+def test_existing_output_directory_is_refused_and_untouched(tmp_path, tiny_world, signing_key_dir, capsys):
+    protocol, lock = tiny_world
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("earlier run")
+    rc = run(protocol, lock, out, signing_key_dir)
+    assert rc == 2 and "already exists" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+
+
+def test_unwritable_output_location(tmp_path, tiny_world, signing_key_dir, capsys):
+    protocol, lock = tiny_world
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    rc = run(protocol, lock, blocker / "out", signing_key_dir)
+    err = capsys.readouterr().err
+    assert rc == 2 and "error:" in err and str(blocker) in err
+
+
+def test_hash_mismatch_in_lock(tmp_path, tiny_world, signing_key_dir, capsys):
+    protocol, lock = tiny_world
+    doc = json.loads(lock.read_text())
+    doc["model"]["files"][0]["sha256"] = "f" * 64
+    bad = tmp_path / "lock.json"
+    bad.write_text(json.dumps(doc))
+    out = tmp_path / "out"
+    assert_clean_failure(run(protocol, bad, out, signing_key_dir), capsys, out, "expected " + "f" * 64)
+
+
+@pytest.mark.parametrize("mutate,fragment", [
+    (lambda t: t.rename_columns(["idx", "text", "label"]), "column 'sentence' is missing"),
+    (lambda t: t.set_column(0, "idx", pa.array(t.column("idx").to_numpy().astype("int64"))), "column 'idx' is int64, expected int32"),
+    (lambda t: t.set_column(2, "label", pa.array([5] + t.column("label").to_pylist()[1:], pa.int64())), "label values [5]"),
+    (lambda t: t.set_column(0, "idx", pa.array([0] + t.column("idx").to_pylist()[:-1], pa.int32())), "duplicate idx"),
+    (lambda t: t.slice(0, t.num_rows - 1), "rows, expected"),
+])
+def test_dataset_not_as_pinned(tmp_path, tiny_world, signing_key_dir, capsys, mutate, fragment):
+    protocol, _ = tiny_world
+    lock = with_dataset(tmp_path, tiny_world, mutate)
+    out = tmp_path / "out"
+    assert_clean_failure(run(protocol, lock, out, signing_key_dir), capsys, out, fragment)
+
+
+def test_pool_sizes_that_do_not_add_up(tmp_path, tiny_world, signing_key_dir, capsys):
+    protocol, lock = tiny_world
+    doc = json.loads(protocol.read_text())
+    doc["split"]["pools"][0]["size"] -= 1
+    bad = tmp_path / "protocol.json"
+    bad.write_text(json.dumps(doc))
+    out = tmp_path / "out"
+    assert_clean_failure(run(bad, lock, out, signing_key_dir), capsys, out, "pool sizes add up to")
+
+
+def test_non_finite_logits(tmp_path, tiny_world, signing_key_dir, capsys):
+    from safetensors.torch import load_file, save_file
+
+    protocol, lock = tiny_world
+    doc = json.loads(lock.read_text())
+    model_dir = Path(doc["model"]["files"][0]["local_path"]).parent
+    broken = tmp_path / "model"
+    broken.mkdir()
+    for f in model_dir.iterdir():
+        (broken / f.name).write_bytes(f.read_bytes())
+    weights = load_file(broken / "model.safetensors")
+    weights["classifier.bias"][0] = float("nan")
+    save_file(weights, broken / "model.safetensors", metadata={"format": "pt"})
+    bad = make_lock(tmp_path / "lock.json", broken, Path(doc["dataset"]["files"][0]["local_path"]),
+                    doc["dataset"]["rows"], doc["dataset"]["labels"])
+    out = tmp_path / "out"
+    assert_clean_failure(run(protocol, bad, out, signing_key_dir), capsys, out, "non-finite logits")
+
+
+def test_missing_signing_key(tmp_path, tiny_world, capsys):
+    protocol, lock = tiny_world
+    out = tmp_path / "out"
+    assert_clean_failure(run(protocol, lock, out, tmp_path / "nokeys"), capsys, out, "signing-key.pem")

@@ -1,0 +1,333 @@
+"""Helpers for the verifier's tests: a synthetic bundle that follows bundle/FORMAT.md (so the
+verifier can be tested at full size without running a model), the attacker's re-seal (rewrite
+manifests, tag manifest and signature with a key the attacker holds), and small file edits.
+
+The synthetic payload uses its own straightforward bisection and softmax; its metrics come from
+verify.numerics, whose correctness is tested separately against brute force."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from bundle import layout
+from bundle.bag import file_digests, format_bag_info, format_manifest, seal
+from bundle.canonical import dumps, loads_strict
+from bundle.dsse import sign_envelope
+from bundle.keys import fingerprint, public_key_pem
+from verify import numerics
+
+REPO = Path(__file__).resolve().parent.parent
+CAL, AUDIT = "calibration", "audit"
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def protocol_bytes(sizes: tuple[int, int, int] | None) -> bytes:
+    raw = (REPO / "provenance.json").read_bytes()
+    if sizes is None:
+        return raw
+    doc = json.loads(raw)
+    for pool, size in zip(doc["split"]["pools"], sizes, strict=True):
+        pool["size"] = size
+    doc["resources"]["dataset"]["rows"] = sum(sizes)
+    return (json.dumps(doc, indent=2) + "\n").encode()
+
+
+def _softmax(z: np.ndarray, beta: float) -> np.ndarray:
+    s = beta * z
+    e = np.exp(s - s.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _g(z: np.ndarray, y: np.ndarray, beta: float) -> float:
+    p = _softmax(z, beta)
+    return float(np.mean((p * z).sum(axis=1) - z[np.arange(len(y)), y]))
+
+
+def bisect(z: np.ndarray, y: np.ndarray, t_min: float, t_max: float,
+           steps: int) -> dict[str, Any]:
+    """The protocol's bisection on beta, written plainly from FORMAT.md."""
+    lo, hi = 1.0 / t_max, 1.0 / t_min
+    g_lo, g_hi = _g(z, y, lo), _g(z, y, hi)
+    out: dict[str, Any] = {"beta_min": lo, "beta_max": hi, "g_at_beta_min": g_lo,
+                           "g_at_beta_max": g_hi, "steps": []}
+    if g_lo >= 0:
+        out.update(beta=lo, boundary_side="t_max", bracket=[lo, lo])
+        return out
+    if g_hi <= 0:
+        out.update(beta=hi, boundary_side="t_min", bracket=[hi, hi])
+        return out
+    for step in range(1, steps + 1):
+        mid = (lo + hi) / 2
+        g = _g(z, y, mid)
+        out["steps"].append({"step": step, "lo": lo, "hi": hi, "mid": mid, "g": g})
+        if g > 0:
+            hi = mid
+        else:
+            lo = mid
+    out.update(beta=(lo + hi) / 2, boundary_side=None, bracket=[lo, hi])
+    return out
+
+
+def _write_json(data: Path, rel: str, doc: Any) -> str:
+    raw = dumps(doc)
+    path = data / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(raw)
+    return sha256(raw)
+
+
+def _parquet(entries: list[dict[str, Any]], z32: np.ndarray, y: np.ndarray,
+             tokens: np.ndarray, batch_size: int) -> bytes:
+    k = z32.shape[1]
+    prob = _softmax(z32.astype(np.float64), 1.0)
+    order = sorted(range(len(entries)), key=lambda i: (-int(tokens[i]), entries[i]["split_key"]))
+    batch = np.empty(len(entries), dtype=np.int32)
+    for position, row in enumerate(order):
+        batch[row] = position // batch_size
+    cols: dict[str, pa.Array] = {
+        "idx": pa.array([e["idx"] for e in entries], pa.int32()),
+        "split_key": pa.array([e["split_key"] for e in entries], pa.string()),
+        "text_sha256": pa.array([e["text_sha256"] for e in entries], pa.string()),
+        "label": pa.array(y, pa.int64()),
+    }
+    for i in range(k):
+        cols[f"logit_{i}"] = pa.array(z32[:, i], pa.float32())
+    for i in range(k):
+        cols[f"prob_{i}"] = pa.array(prob[:, i], pa.float64())
+    cols["pred"] = pa.array(np.argmax(z32, axis=1), pa.int64())
+    cols["token_count"] = pa.array(tokens, pa.int32())
+    cols["truncated"] = pa.array(np.zeros(len(entries), dtype=bool), pa.bool_())
+    cols["batch"] = pa.array(batch, pa.int32())
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.table(cols), sink, compression="zstd", use_dictionary=False,
+                   write_statistics=False)
+    return sink.getvalue().to_pybytes()
+
+
+def write_payload(data: Path, *, sizes: tuple[int, int, int] | None = (8, 20, 20), seed: int = 0,
+                  scale: float = 6.0, fixed_beta: float | None = None) -> None:
+    """Write a complete FORMAT.md payload into `data` (sizes None: the repository's protocol)."""
+    rng = np.random.default_rng(seed)
+    proto_raw = protocol_bytes(sizes)
+    protocol = json.loads(proto_raw)
+    psha = sha256(proto_raw)
+    data.mkdir(parents=True)
+    (data / "protocol.json").write_bytes(proto_raw)
+    k = len(protocol["resources"]["dataset"]["labels"])
+    rows = protocol["resources"]["dataset"]["rows"]
+    dataset_sha = sha256(b"synthetic dataset %d" % seed)
+    resources = {
+        "profile": "other",
+        "deviations": ["The logits are synthetic test data, not the pinned model's."],
+        "model": {"repo_id": "test/synthetic", "repo_type": "model", "revision": "local",
+                  "source": "local",
+                  "files": [{"path": "model.safetensors", "size": 1, "sha256": sha256(b"m"),
+                             "pinned_sha256": None, "pin": "none", "matches_pin": False}]},
+        "dataset": {"repo_id": "test/synthetic-sst2", "repo_type": "dataset", "revision": "local",
+                    "source": "local",
+                    "files": [{"path": "data/validation-00000-of-00001.parquet", "size": 1,
+                               "sha256": dataset_sha,
+                               "pinned_sha256": protocol["resources"]["dataset"]["files"][0][
+                                   "sha256"], "pin": "protocol", "matches_pin": False}]},
+    }
+    prefix = protocol["split"]["prefix"]
+    keyed = sorted((sha256(f"{prefix}{i}".encode()), i) for i in range(rows))
+    pools: dict[str, list[dict[str, Any]]] = {}
+    start = 0
+    for spec in protocol["split"]["pools"]:
+        pools[spec["name"]] = [{"idx": i, "split_key": key,
+                                "text_sha256": sha256(f"sentence {i}".encode())}
+                               for key, i in keyed[start:start + spec["size"]]]
+        start += spec["size"]
+    digests: dict[str, str] = {"protocol.json": psha}
+    digests["resources.json"] = _write_json(data, "resources.json", resources)
+    digests["pools.json"] = _write_json(data, "pools.json", {
+        "protocol_sha256": psha, "dataset_sha256": dataset_sha, "prefix": prefix, "pools": pools,
+        "sizes": {name: len(entries) for name, entries in pools.items()}})
+    arrays = {}
+    batch_size = protocol["inference"]["batch_size"]
+    for name in (CAL, AUDIT):
+        n = len(pools[name])
+        y = rng.integers(0, k, n)
+        z = rng.normal(0.0, 1.0, (n, k)) * 0.5
+        z[np.arange(n), y] += scale * rng.uniform(-0.4, 1.0, n)  # confident, sometimes wrong
+        z32 = z.astype(np.float32)
+        tokens = rng.integers(4, 60, n)
+        raw = _parquet(pools[name], z32, y, tokens, batch_size)
+        (data / "predictions").mkdir(exist_ok=True)
+        (data / "predictions" / f"{name}.parquet").write_bytes(raw)
+        digests[f"predictions/{name}.parquet"] = sha256(raw)
+        arrays[name] = (z32.astype(np.float64), y.astype(np.int64))
+    fit = protocol["fit"]
+    z, y = arrays[CAL]
+    b = bisect(z, y, fit["t_min"], fit["t_max"], fit["steps"])
+    beta = b["beta"] if fixed_beta is None else fixed_beta
+    temperature = {
+        "protocol_sha256": psha, "pool": CAL, "n": len(y),
+        "predictions_sha256": digests[f"predictions/{CAL}.parquet"],
+        "temperature": 1.0 / beta, "beta": beta, "t_min": fit["t_min"], "t_max": fit["t_max"],
+        "steps": len(b["steps"]), "boundary": b["boundary_side"] is not None,
+        "boundary_side": b["boundary_side"], "final_gradient": _g(z, y, beta),
+        "bracket": b["bracket"], "nll_before": numerics.mean_nll(z, y, 1.0),
+        "nll_after": numerics.mean_nll(z, y, beta)}
+    digests["temperature.json"] = _write_json(data, "temperature.json", temperature)
+    digests["trajectory.json"] = _write_json(data, "trajectory.json", {
+        "protocol_sha256": psha, **{k2: b[k2] for k2 in ("beta_min", "beta_max", "g_at_beta_min",
+                                                         "g_at_beta_max", "steps")}})
+    threshold = protocol["metrics"]["threshold"]["value"]
+    metrics = {
+        "protocol_sha256": psha, "temperature_sha256": digests["temperature.json"], "beta": beta,
+        "temperature": 1.0 / beta, "argmax_unchanged": True,
+        "pools": {name: {"role": "evidence" if name == AUDIT else "fit pool, not evidence",
+                         "predictions_sha256": digests[f"predictions/{name}.parquet"],
+                         "raw": numerics.metric_set(*arrays[name], 1.0, threshold),
+                         "calibrated": numerics.metric_set(*arrays[name], beta, threshold)}
+                  for name in (AUDIT, CAL)}}
+    digests["metrics.json"] = _write_json(data, "metrics.json", metrics)
+
+    def pick(*names: str) -> dict[str, str]:
+        return {n: digests[n] for n in names}
+
+    stages = [
+        ("split", pick("protocol.json", "resources.json"), pick("pools.json")),
+        ("calibration-inference", pick("protocol.json", "resources.json", "pools.json"),
+         pick(f"predictions/{CAL}.parquet")),
+        ("fit", pick(f"predictions/{CAL}.parquet"), pick("temperature.json", "trajectory.json")),
+        ("audit-inference", pick("protocol.json", "resources.json", "pools.json",
+                                 "temperature.json"), pick(f"predictions/{AUDIT}.parquet")),
+        ("metrics", pick("temperature.json", f"predictions/{CAL}.parquet",
+                         f"predictions/{AUDIT}.parquet"), pick("metrics.json")),
+    ]
+    _write_json(data, "stages.json", {"protocol_sha256": psha, "stages": [
+        {"name": n, "protocol_sha256": psha, "consumed": c, "produced": p} for n, c, p in stages]})
+    _write_json(data, "environment.json", {
+        "python": "3.11", "implementation": "CPython", "platform": "test", "os": "test",
+        "machine": "x86_64", "cpu_model": None, "logical_cores": 2, "packages": {},
+        "torch": {}, "env": {}, "image": None, "git_commit": None, "timings_s": {},
+        "stage_times": [], "peak_rss_mb": 1.0})
+
+
+def make_bundle(out: Path, key: Ed25519PrivateKey, **kwargs: Any) -> Path:
+    """A synthetic, signed bag at `out` sealed by bundle.bag.seal."""
+    write_payload(out / "data", **kwargs)
+    proto = (out / "data" / "protocol.json").read_bytes()
+    seal(out, description="synthetic test bundle", protocol_sha256=sha256(proto),
+         profile="other", private_key=key)
+    return out
+
+
+# -- the attacker ----------------------------------------------------------------------------
+
+TAG_OUTPUTS = (layout.BAG_INFO, layout.MANIFEST_SHA256, layout.MANIFEST_SHA512,
+               layout.PROVENANCE, layout.SIGNER_PUB, layout.TAGMANIFEST_SHA256)
+
+
+def _payload(bag: Path) -> list[str]:
+    return sorted(p.relative_to(bag).as_posix() for p in (bag / "data").rglob("*") if p.is_file())
+
+
+def signed_predicate(bag: Path) -> dict[str, Any]:
+    env = loads_strict((bag / layout.PROVENANCE).read_bytes())
+    import base64
+
+    return loads_strict(base64.b64decode(env["payload"]))["predicate"]  # type: ignore[no-any-return]
+
+
+def reseal(bag: Path, key: Ed25519PrivateKey | None, *,
+           predicate: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+           restate: bool = True) -> None:
+    """Rewrite bag-info, both manifests, the tag manifest and (with a key) the signature so that
+    every hash and the signature match the payload as it now is: what an attacker does.
+
+    The predicate is the old one with the temperature and audit headline restated from the
+    payload (restate) and then passed through `predicate`; no schema is checked, so that a
+    payload that breaks its schema can still be signed."""
+    old = signed_predicate(bag) if (bag / layout.PROVENANCE).exists() else None
+    info = dict(line.split(": ", 1) for line in (bag / layout.BAG_INFO).read_text().splitlines())
+    for name in TAG_OUTPUTS:
+        (bag / name).unlink(missing_ok=True)
+    paths = _payload(bag)
+    sha256s, sha512s = {}, {}
+    octets = 0
+    for p in paths:
+        sha256s[p], sha512s[p] = file_digests(bag / p)
+        octets += (bag / p).stat().st_size
+    info[layout.INFO_PAYLOAD_OXUM] = f"{octets}.{len(paths)}"
+    tags = [layout.BAGIT_TXT, layout.BAG_INFO, layout.MANIFEST_SHA256, layout.MANIFEST_SHA512]
+    if key is not None:
+        info[layout.INFO_SIGNER_FINGERPRINT] = fingerprint(key)
+        pred = dict(old or {})
+        if restate:
+            _restate(bag, pred)
+        pred["signer_fingerprint"] = fingerprint(key)
+        if predicate is not None:
+            pred = predicate(pred)
+        statement = {"_type": layout.STATEMENT_TYPE,
+                     "subject": [{"name": p, "digest": {"sha256": sha256s[p]}} for p in paths],
+                     "predicateType": layout.PREDICATE_TYPE, "predicate": pred}
+        env = sign_envelope(dumps(statement), layout.PAYLOAD_TYPE, key)
+        (bag / layout.PROVENANCE).write_bytes(dumps(env))
+        (bag / layout.SIGNER_PUB).write_bytes(public_key_pem(key))
+        tags += [layout.PROVENANCE, layout.SIGNER_PUB]
+    else:
+        info.pop(layout.INFO_SIGNER_FINGERPRINT, None)
+    order = [label for label in layout.BAG_INFO_LABELS if label in info]
+    (bag / layout.BAG_INFO).write_text(format_bag_info([(k, info[k]) for k in order]))
+    (bag / layout.MANIFEST_SHA256).write_text(format_manifest(sha256s))
+    (bag / layout.MANIFEST_SHA512).write_text(format_manifest(sha512s))
+    (bag / layout.TAGMANIFEST_SHA256).write_text(format_manifest(
+        {t: file_digests(bag / t)[0] for t in tags}))
+
+
+def _restate(bag: Path, pred: dict[str, Any]) -> None:
+    try:
+        t = loads_strict((bag / layout.TEMPERATURE_JSON).read_bytes())
+        m = loads_strict((bag / layout.METRICS_JSON).read_bytes())
+        pred["temperature"] = {"temperature": t["temperature"], "beta": t["beta"],
+                               "boundary": t["boundary"],
+                               "sha256": sha256((bag / layout.TEMPERATURE_JSON).read_bytes())}
+        audit = m["pools"]["audit"]
+        pred["audit"] = {"n": audit["raw"]["n"],
+                         **{w: {k: audit[w][k] for k in ("accuracy", "nll", "brier", "ece", "mce")}
+                            for w in ("raw", "calibrated")}}
+        pred["protocol_sha256"] = sha256((bag / layout.PROTOCOL_JSON).read_bytes())
+    except Exception:  # a payload broken on purpose: keep the old claims
+        pass
+
+
+def copy_bag(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst, symlinks=True)
+    return dst
+
+
+def edit_json(bag: Path, rel: str, fn: Callable[[Any], Any | None]) -> None:
+    """Apply fn to the parsed document (in place or by returning a new one); write it canonical."""
+    path = bag / rel
+    doc = loads_strict(path.read_bytes())
+    new = fn(doc)
+    path.write_bytes(dumps(doc if new is None else new))
+
+
+def update_stage_hashes(bag: Path) -> None:
+    """Make every stage record name the files as they now are (an attacker covering tracks)."""
+    data = bag / "data"
+
+    def fix(doc: Any) -> None:
+        for stage in doc["stages"]:
+            for role in ("consumed", "produced"):
+                for rel in stage[role]:
+                    stage[role][rel] = sha256((data / rel).read_bytes())
+
+    edit_json(bag, layout.STAGES_JSON, fix)
