@@ -8,13 +8,21 @@ import json
 from pathlib import Path
 from typing import Any
 
-import bagit
+import bagit  # type: ignore[import-untyped]
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle import layout
-from bundle.bag import (bagging_date, file_digests, parse_bag_info, parse_manifest,
-                        payload_files, read_bag_info, read_manifest, seal)
+from bundle.bag import (
+    bagging_date,
+    file_digests,
+    parse_bag_info,
+    parse_manifest,
+    payload_files,
+    read_bag_info,
+    read_manifest,
+    seal,
+)
 from bundle.canonical import dumps, loads_strict
 from bundle.dsse import verify_envelope
 from bundle.errors import BundleError
@@ -36,28 +44,41 @@ def _tiny(tmp_path: Path) -> tuple[Path, str]:
     return bag, hashlib.sha256(protocol).hexdigest()
 
 
-def test_tiny_unsigned_bag_validates_with_bagit(tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tiny_unsigned_bag_validates_with_bagit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1715040000")
     bag, protocol_sha256 = _tiny(tmp_path)
-    seal(bag, description="tiny", protocol_sha256=protocol_sha256, profile="other",
-         complete=False)
+    seal(bag, description="tiny", protocol_sha256=protocol_sha256, profile="other", complete=False)
     parsed = bagit.Bag(str(bag))
     parsed.validate()
     assert parsed.info["Bagging-Date"] == "2024-05-07"
     assert parsed.info["Payload-Oxum"] == f"{2560 + 7 + len(protocol_bytes(bag))}.3"
     assert not (bag / layout.PROVENANCE).exists() and not (bag / layout.SIGNER_PUB).exists()
     assert (bag / layout.BAGIT_TXT).read_text() == (
-        "BagIt-Version: 1.0\nTag-File-Character-Encoding: UTF-8\n")
+        "BagIt-Version: 1.0\nTag-File-Character-Encoding: UTF-8\n"
+    )
     info = read_bag_info(bag)
-    assert list(info) == ["Bagging-Date", "Payload-Oxum", "External-Description",
-                          "Protocol-SHA256", "Profile"]
+    assert list(info) == [
+        "Bagging-Date",
+        "Payload-Oxum",
+        "External-Description",
+        "Protocol-SHA256",
+        "Profile",
+    ]
     manifest = (bag / layout.MANIFEST_SHA256).read_text()
     assert manifest.splitlines()[0].endswith("  data/a.txt")
-    assert list(read_manifest(bag, layout.MANIFEST_SHA256)) == payload_files(bag) == [
-        "data/a.txt", "data/protocol.json", "data/sub dir/b.bin"]
+    assert (
+        list(read_manifest(bag, layout.MANIFEST_SHA256))
+        == payload_files(bag)
+        == ["data/a.txt", "data/protocol.json", "data/sub dir/b.bin"]
+    )
     assert list(read_manifest(bag, layout.TAGMANIFEST_SHA256)) == [
-        "bag-info.txt", "bagit.txt", "manifest-sha256.txt", "manifest-sha512.txt"]
+        "bag-info.txt",
+        "bagit.txt",
+        "manifest-sha256.txt",
+        "manifest-sha512.txt",
+    ]
 
 
 def protocol_bytes(bag: Path) -> bytes:
@@ -67,8 +88,13 @@ def protocol_bytes(bag: Path) -> bytes:
 def _signed(tmp_path: Path) -> Path:
     bag = tmp_path / "signed"
     protocol_sha256 = write_example_payload(bag)
-    seal(bag, description="example", protocol_sha256=protocol_sha256, profile="formal",
-         private_key=KEY)
+    seal(
+        bag,
+        description="example",
+        protocol_sha256=protocol_sha256,
+        profile="formal",
+        private_key=KEY,
+    )
     return bag
 
 
@@ -77,7 +103,8 @@ def test_signed_example_bag(tmp_path: Path) -> None:
     bagit.Bag(str(bag)).validate()
     assert read_bag_info(bag)["Signer-Fingerprint"] == fingerprint(KEY)
     assert sorted(read_manifest(bag, layout.TAGMANIFEST_SHA256)) == sorted(
-        set(layout.TAG_FILES) - {layout.TAGMANIFEST_SHA256})
+        set(layout.TAG_FILES) - {layout.TAGMANIFEST_SHA256}
+    )
     public = load_public_key(bag / layout.SIGNER_PUB)
     raw_envelope = (bag / layout.PROVENANCE).read_bytes()
     envelope = loads_strict(raw_envelope)
@@ -87,15 +114,18 @@ def test_signed_example_bag(tmp_path: Path) -> None:
     statement = parse_statement(payload)
     assert payload == dumps(statement)
     names = [s["name"] for s in statement["subject"]]
-    assert names == sorted(names) == list(layout.PAYLOAD_FILES)
+    protocol = json.loads((bag / layout.PROTOCOL_JSON).read_bytes())
+    assert names == sorted(names) == list(layout.expected_payload(protocol))
+    assert layout.BOOTSTRAP_JSON in names and layout.STABILITY_JSON in names
     manifest = read_manifest(bag, layout.MANIFEST_SHA256)
     assert {s["name"]: s["digest"]["sha256"] for s in statement["subject"]} == manifest
     predicate = statement["predicate"]
     assert predicate["signer_fingerprint"] == fingerprint(KEY)
     assert predicate["schemas"]["data/metrics.json"] == {
         "id": "https://calibration-runs.example/schemas/metrics/v1",
-        "sha256": schema_sha256("metrics")}
-    assert sorted(predicate["schemas"]) == sorted(layout.PAYLOAD_SCHEMAS)
+        "sha256": schema_sha256("metrics"),
+    }
+    assert sorted(predicate["schemas"]) == [n for n in names if n.endswith(".json")]
     restated = predicate_from_payload(bag)
     assert {k: predicate[k] for k in restated} == restated
 
@@ -128,25 +158,34 @@ def _rewrite(bag: Path, rel: str, change: Any) -> None:
     (bag / rel).write_bytes(dumps(doc))
 
 
-@pytest.mark.parametrize(("setup", "message"), [
-    (lambda b: (b / layout.TRAJECTORY_JSON).unlink(), r"missing: \['data/trajectory.json'\]"),
-    (lambda b: (b / "data" / "notes.txt").write_text("x"), r"extra: \['data/notes.txt'\]"),
-    (lambda b: (b / layout.POOLS_JSON).write_bytes(b'{"a": 1}\n'), "not canonical"),
-    (lambda b: _rewrite(b, layout.METRICS_JSON, lambda d: d.update(beta="x")),
-     r"data/metrics.json does not follow schema metrics/v1 .*\$\.beta"),
-    (lambda b: _rewrite(b, layout.RESOURCES_JSON, lambda d: d.update(profile="other")),
-     "says profile 'other'"),
-    (lambda b: (b / layout.PROTOCOL_JSON).write_bytes(b"{}\n"), "copy the protocol file byte"),
-    (lambda b: (b / "bagit.txt").write_text("x"), "already holds bagit.txt"),
-    (lambda b: (b / "data" / "link").symlink_to(b / layout.POOLS_JSON), "symbolic link"),
-    (lambda b: (b / "data" / "bad%name").write_text("x"), "rename the file"),
-])
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        (lambda b: (b / layout.TRAJECTORY_JSON).unlink(), r"missing: \['data/trajectory.json'\]"),
+        (lambda b: (b / layout.BOOTSTRAP_JSON).unlink(), r"missing: \['data/bootstrap.json'\]"),
+        (lambda b: (b / "data" / "notes.txt").write_text("x"), r"extra: \['data/notes.txt'\]"),
+        (lambda b: (b / layout.POOLS_JSON).write_bytes(b'{"a": 1}\n'), "not canonical"),
+        (
+            lambda b: _rewrite(b, layout.METRICS_JSON, lambda d: d.update(beta="x")),
+            r"data/metrics.json does not follow schema metrics/v1 .*\$\.beta",
+        ),
+        (
+            lambda b: _rewrite(b, layout.RESOURCES_JSON, lambda d: d.update(profile="other")),
+            "says profile 'other'",
+        ),
+        (lambda b: (b / layout.PROTOCOL_JSON).write_bytes(b"{}\n"), "copy the protocol file byte"),
+        (lambda b: (b / "bagit.txt").write_text("x"), "already holds bagit.txt"),
+        (lambda b: (b / "data" / "link").symlink_to(b / layout.POOLS_JSON), "symbolic link"),
+        (lambda b: (b / "data" / "bad%name").write_text("x"), "rename the file"),
+    ],
+)
 def test_seal_refuses_a_bad_payload(tmp_path: Path, setup: Any, message: str) -> None:
     bag, protocol_sha256 = _payload(tmp_path)
     setup(bag)
     with pytest.raises(BundleError, match=message):
-        seal(bag, description="x", protocol_sha256=protocol_sha256, profile="formal",
-             private_key=KEY)
+        seal(
+            bag, description="x", protocol_sha256=protocol_sha256, profile="formal", private_key=KEY
+        )
     assert not (bag / layout.TAGMANIFEST_SHA256).exists()
 
 
@@ -161,8 +200,14 @@ def test_seal_refuses_bad_arguments(tmp_path: Path) -> None:
     predicate = predicate_from_payload(bag)
     predicate["profile"] = "other"
     with pytest.raises(BundleError, match="predicate's profile"):
-        seal(bag, description="x", protocol_sha256=protocol_sha256, profile="formal",
-             predicate=predicate, private_key=KEY)
+        seal(
+            bag,
+            description="x",
+            protocol_sha256=protocol_sha256,
+            profile="formal",
+            predicate=predicate,
+            private_key=KEY,
+        )
 
 
 def test_bagging_date(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -190,3 +235,21 @@ def test_envelope_payload_is_base64_of_canonical_statement(tmp_path: Path) -> No
     envelope = json.loads((bag / layout.PROVENANCE).read_bytes())
     payload = base64.b64decode(envelope["payload"])
     assert payload.endswith(b"}\n") and b": " not in payload
+
+
+def test_optional_sections_decide_the_payload(tmp_path: Path) -> None:
+    protocol = json.loads((Path(__file__).resolve().parent.parent / "provenance.json").read_bytes())
+    protocol.pop("bootstrap", None)
+    protocol.pop("stability", None)
+    raw = json.dumps(protocol, indent=2).encode()
+    assert layout.expected_payload(protocol) == layout.PAYLOAD_FILES
+    bag = tmp_path / "plain"
+    protocol_sha256 = write_example_payload(bag, protocol=raw)
+    assert not (bag / layout.BOOTSTRAP_JSON).exists()
+    seal(bag, description="x", protocol_sha256=protocol_sha256, profile="formal", private_key=KEY)
+    bagit.Bag(str(bag)).validate()
+    stray = tmp_path / "stray"
+    protocol_sha256 = write_example_payload(stray, protocol=raw)
+    (stray / layout.STABILITY_JSON).write_bytes(b"{}\n")
+    with pytest.raises(BundleError, match=r"extra: \['data/stability.json'\]"):
+        seal(stray, description="x", protocol_sha256=protocol_sha256, profile="formal")

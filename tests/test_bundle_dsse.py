@@ -23,7 +23,8 @@ PAYLOAD = b'{"_type":"https://in-toto.io/Statement/v1"}\n'
 
 def test_pae_vector_from_the_spec() -> None:
     assert pae("http://example.com/HelloWorld", b"hello world") == (
-        b"DSSEv1 29 http://example.com/HelloWorld 11 hello world")
+        b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
+    )
 
 
 def test_pae_counts_bytes_not_characters() -> None:
@@ -73,8 +74,10 @@ def test_changed_payload_type_is_rejected() -> None:
 def test_other_key_is_rejected_naming_both() -> None:
     envelope = sign_envelope(PAYLOAD, PAYLOAD_TYPE, KEY)
     other = Ed25519PrivateKey.generate().public_key()
-    with pytest.raises(SignatureError, match=f"signed by {fingerprint(KEY)}, not by the expected "
-                                             f"key {fingerprint(other)}"):
+    with pytest.raises(
+        SignatureError,
+        match=f"signed by {fingerprint(KEY)}, not by the expected key {fingerprint(other)}",
+    ):
         verify_envelope(envelope, other)
 
 
@@ -86,14 +89,17 @@ def test_keyid_swapped_to_other_key_does_not_help() -> None:
         verify_envelope(envelope, other.public_key())
 
 
-@pytest.mark.parametrize("mutate", [
-    lambda e: e.pop("signatures"),
-    lambda e: e.update(extra=1),
-    lambda e: e.update(signatures=[]),
-    lambda e: e.update(payload="not base64!"),
-    lambda e: e["signatures"][0].update(sig="%%%"),
-    lambda e: e["signatures"][0].pop("keyid"),
-])
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda e: e.pop("signatures"),
+        lambda e: e.update(extra=1),
+        lambda e: e.update(signatures=[]),
+        lambda e: e.update(payload="not base64!"),
+        lambda e: e["signatures"][0].update(sig="%%%"),
+        lambda e: e["signatures"][0].pop("keyid"),
+    ],
+)
 def test_malformed_envelopes_are_rejected(mutate: Any) -> None:
     envelope = sign_envelope(PAYLOAD, PAYLOAD_TYPE, KEY)
     mutate(envelope)
@@ -103,7 +109,7 @@ def test_malformed_envelopes_are_rejected(mutate: Any) -> None:
 
 def test_securesystemslib_verifies_our_envelope() -> None:
     from securesystemslib.dsse import Envelope
-    from securesystemslib.signer import SSlibKey
+    from securesystemslib.signer import SSlibKey  # type: ignore[attr-defined]
 
     envelope = sign_envelope(PAYLOAD, PAYLOAD_TYPE, KEY)
     key = SSlibKey.from_crypto(KEY.public_key(), keyid=fingerprint(KEY))
@@ -117,7 +123,7 @@ def test_securesystemslib_verifies_our_envelope() -> None:
 def test_securesystemslib_rejects_tampered_envelope() -> None:
     from securesystemslib.dsse import Envelope
     from securesystemslib.exceptions import VerificationError
-    from securesystemslib.signer import SSlibKey
+    from securesystemslib.signer import SSlibKey  # type: ignore[attr-defined]
 
     envelope = sign_envelope(PAYLOAD, PAYLOAD_TYPE, KEY)
     envelope["payload"] = _flip(envelope["payload"], 3)
@@ -128,7 +134,7 @@ def test_securesystemslib_rejects_tampered_envelope() -> None:
 
 def test_we_verify_an_envelope_signed_by_securesystemslib() -> None:
     from securesystemslib.dsse import Envelope
-    from securesystemslib.signer import CryptoSigner, SSlibKey
+    from securesystemslib.signer import CryptoSigner, SSlibKey  # type: ignore[attr-defined]
 
     public = SSlibKey.from_crypto(KEY.public_key(), keyid=fingerprint(KEY))
     envelope = Envelope(PAYLOAD, PAYLOAD_TYPE, {})

@@ -15,12 +15,20 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from bundle import keys
 from bundle.errors import BundleError, KeyFileError
 
+PrivateKey = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey | Ed25519PrivateKey
 
-def _pem(key: object, fmt: serialization.PrivateFormat = serialization.PrivateFormat.PKCS8,
-         password: bytes | None = None) -> bytes:
-    enc = (serialization.BestAvailableEncryption(password) if password
-           else serialization.NoEncryption())
-    return key.private_bytes(serialization.Encoding.PEM, fmt, enc)  # type: ignore[attr-defined]
+
+def _pem(
+    key: PrivateKey,
+    fmt: serialization.PrivateFormat = serialization.PrivateFormat.PKCS8,
+    password: bytes | None = None,
+) -> bytes:
+    enc = (
+        serialization.BestAvailableEncryption(password)
+        if password
+        else serialization.NoEncryption()
+    )
+    return key.private_bytes(serialization.Encoding.PEM, fmt, enc)
 
 
 def test_keygen_writes_0600_private_and_public_with_fingerprint(tmp_path: Path) -> None:
@@ -49,28 +57,40 @@ def test_keygen_never_overwrites(tmp_path: Path) -> None:
     assert (tmp_path / keys.PRIVATE_KEY_NAME).read_bytes() == before
 
 
-@pytest.mark.parametrize(("key", "kind"), [
-    (rsa.generate_private_key(65537, 2048), "an RSA key"),
-    (ec.generate_private_key(ec.SECP256R1()), r"an EC \(secp256r1\) key"),
-])
-@pytest.mark.parametrize("fmt", [serialization.PrivateFormat.PKCS8,
-                                 serialization.PrivateFormat.TraditionalOpenSSL])
-def test_other_key_types_refused(tmp_path: Path, key: object, kind: str,
-                                 fmt: serialization.PrivateFormat) -> None:
+@pytest.mark.parametrize(
+    ("key", "kind"),
+    [
+        (rsa.generate_private_key(65537, 2048), "an RSA key"),
+        (ec.generate_private_key(ec.SECP256R1()), r"an EC \(secp256r1\) key"),
+    ],
+)
+@pytest.mark.parametrize(
+    "fmt", [serialization.PrivateFormat.PKCS8, serialization.PrivateFormat.TraditionalOpenSSL]
+)
+def test_other_key_types_refused(
+    tmp_path: Path, key: PrivateKey, kind: str, fmt: serialization.PrivateFormat
+) -> None:
     path = tmp_path / "other.pem"
     path.write_bytes(_pem(key, fmt))
-    with pytest.raises(KeyFileError, match=rf"is {kind}; this project signs with Ed25519: create "
-                                           r"one with `python -m bundle keygen --out DIR`"):
+    with pytest.raises(
+        KeyFileError,
+        match=rf"is {kind}; this project signs with Ed25519: create "
+        r"one with `python -m bundle keygen --out DIR`",
+    ):
         keys.load_private_key(path)
     pub = tmp_path / "other.pub.pem"
-    pub.write_bytes(key.public_key().public_bytes(  # type: ignore[attr-defined]
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    pub.write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
     with pytest.raises(KeyFileError, match=rf"is {kind}; this project signs with Ed25519"):
         keys.load_public_key(pub)
 
 
-def test_encrypted_key_needs_the_passphrase(tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_encrypted_key_needs_the_passphrase(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     key = Ed25519PrivateKey.generate()
     path = tmp_path / "enc.pem"
     path.write_bytes(_pem(key, password=b"correct horse"))
@@ -84,33 +104,38 @@ def test_encrypted_key_needs_the_passphrase(tmp_path: Path,
     assert keys.fingerprint(keys.load_private_key(path)) == keys.fingerprint(key)
     monkeypatch.setenv("OTHER_VAR", "correct horse")
     monkeypatch.delenv(keys.PASSPHRASE_ENV)
-    assert keys.fingerprint(keys.load_private_key(path, passphrase_env="OTHER_VAR")) == \
-        keys.fingerprint(key)
+    assert keys.fingerprint(
+        keys.load_private_key(path, passphrase_env="OTHER_VAR")
+    ) == keys.fingerprint(key)
 
 
-def test_keygen_with_passphrase_round_trip(tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_keygen_with_passphrase_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fp = keys.generate(tmp_path, passphrase=b"pw")
     assert b"ENCRYPTED" in (tmp_path / keys.PRIVATE_KEY_NAME).read_bytes()
     monkeypatch.setenv(keys.PASSPHRASE_ENV, "pw")
     assert keys.fingerprint(keys.load_private_key(tmp_path / keys.PRIVATE_KEY_NAME)) == fp
 
 
-def test_passphrase_set_for_plain_key_is_harmless(tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_passphrase_set_for_plain_key_is_harmless(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fp = keys.generate(tmp_path)
     monkeypatch.setenv(keys.PASSPHRASE_ENV, "unused")
     assert keys.fingerprint(keys.load_private_key(tmp_path / keys.PRIVATE_KEY_NAME)) == fp
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    (None, "does not exist"),
-    (b"not a key at all", "is not a PEM private key"),
-    (b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n", "not a readable PEM"),
-    ("public", "holds a public key, not a private key"),
-])
-def test_unusable_private_key_files(tmp_path: Path, content: bytes | str | None,
-                                    message: str) -> None:
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "does not exist"),
+        (b"not a key at all", "is not a PEM private key"),
+        (b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n", "not a readable PEM"),
+        ("public", "holds a public key, not a private key"),
+    ],
+)
+def test_unusable_private_key_files(
+    tmp_path: Path, content: bytes | str | None, message: str
+) -> None:
     path = tmp_path / "key.pem"
     if content == "public":
         keys.generate(tmp_path / "k")

@@ -9,7 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-import bagit
+import bagit  # type: ignore[import-untyped]
 import pytest
 
 from bundle.errors import BundleError, OutputExistsError
@@ -34,13 +34,13 @@ def test_staging_is_a_hidden_sibling_named_partial(tmp_path: Path) -> None:
 def test_existing_output_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "run"
     out.mkdir()
-    with pytest.raises(OutputExistsError,
-                       match=f"Output directory {out} already exists; choose a new --out or "
-                             "remove it."):
+    with pytest.raises(
+        OutputExistsError,
+        match=f"Output directory {out} already exists; choose a new --out or remove it.",
+    ):
         staging_dir(out)
-    with pytest.raises(OutputExistsError):
-        with assembling(out):
-            pytest.fail("must not be reached")
+    with pytest.raises(OutputExistsError), assembling(out):
+        pytest.fail("must not be reached")
     assert _partials(tmp_path) == []
 
 
@@ -65,11 +65,10 @@ def test_unwritable_parent_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("exc", [RuntimeError("boom"), KeyboardInterrupt(), SystemExit(1)])
 def test_failure_inside_removes_staging(tmp_path: Path, exc: BaseException) -> None:
     out = tmp_path / "run"
-    with pytest.raises(type(exc)):
-        with assembling(out) as staging:
-            (staging / "data").mkdir()
-            (staging / "data" / "f").write_text("half")
-            raise exc
+    with pytest.raises(type(exc)), assembling(out) as staging:
+        (staging / "data").mkdir()
+        (staging / "data" / "f").write_text("half")
+        raise exc
     assert not out.exists() and _partials(tmp_path) == []
 
 
@@ -84,8 +83,12 @@ def test_success_publishes(tmp_path: Path) -> None:
 
 
 def test_cleanup_removes_only_partials_of_dead_processes(tmp_path: Path) -> None:
-    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                           capture_output=True, text=True, check=True)
+    child = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     dead = tmp_path / f".run.partial-{child.stdout.strip()}-abcd"
     alive = tmp_path / f".run.partial-{os.getpid()}-abcd"
     unrelated = tmp_path / ".run.partially-1-abcd"
@@ -142,9 +145,18 @@ CHILD = textwrap.dedent("""
     print("DONE", flush=True)
 """)
 
-POINTS = ["start", "staging", "payload", "digests", "wrote bag-info.txt",
-          "wrote provenance.intoto.json", "wrote tagmanifest-sha256.txt", "sealed", "rename",
-          "published"]
+POINTS = [
+    "start",
+    "staging",
+    "payload",
+    "digests",
+    "wrote bag-info.txt",
+    "wrote provenance.intoto.json",
+    "wrote tagmanifest-sha256.txt",
+    "sealed",
+    "rename",
+    "published",
+]
 
 
 @pytest.fixture(scope="module")
@@ -157,9 +169,14 @@ def child_setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def _run_and_kill(script: Path, key: Path, out: Path, point: str, signum: int) -> int:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, str(script), str(out), point, str(key)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            cwd=ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(out), point, str(key)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline()
     assert line == "PAUSED\n", (line, proc.stderr.read() if proc.stderr else "")
@@ -181,8 +198,9 @@ def _complete_or_absent(out: Path) -> bool:
 
 
 @pytest.mark.parametrize("point", POINTS)
-def test_sigkill_leaves_nothing_incomplete_at_out(tmp_path: Path, child_setup: tuple[Path, Path],
-                                                 point: str) -> None:
+def test_sigkill_leaves_nothing_incomplete_at_out(
+    tmp_path: Path, child_setup: tuple[Path, Path], point: str
+) -> None:
     script, key = child_setup
     out = tmp_path / "run"
     code = _run_and_kill(script, key, out, point, signal.SIGKILL)
@@ -204,3 +222,12 @@ def test_sigterm_cleans_up(tmp_path: Path, child_setup: tuple[Path, Path], point
     assert code == (128 + signal.SIGTERM if inside else -signal.SIGTERM)
     assert _complete_or_absent(out) == (point == "published")
     assert _partials(tmp_path) == []
+
+
+def test_unwritable_parent_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "access", lambda *_args, **_kw: False)
+    with pytest.raises(
+        BundleError,
+        match=f"Directory {tmp_path} is not writable; choose an --out in a writable directory.",
+    ):
+        staging_dir(tmp_path / "run")

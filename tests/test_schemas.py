@@ -15,9 +15,15 @@ from bundle import layout
 from bundle.dsse import sign_envelope
 from bundle.errors import BundleError, SchemaViolation
 from bundle.examples import REPO_PROTOCOL, example_documents
-from bundle.keys import fingerprint
-from bundle.schemas import (SCHEMA_DIR, SCHEMA_NAMES, is_valid, load_schema, schema_id,
-                            schema_sha256, validate)
+from bundle.schemas import (
+    SCHEMA_DIR,
+    SCHEMA_NAMES,
+    is_valid,
+    load_schema,
+    schema_id,
+    schema_sha256,
+    validate,
+)
 from bundle.statement import build_statement, predicate_from_payload, schemas_map
 
 PROTOCOL_BYTES = REPO_PROTOCOL.read_bytes()
@@ -25,8 +31,7 @@ HEX = "ab" * 32
 
 
 def _lock() -> dict[str, Any]:
-    protocol = json.loads(PROTOCOL_BYTES)["resources"]
-    lock = copy.deepcopy(protocol)
+    lock: dict[str, Any] = copy.deepcopy(json.loads(PROTOCOL_BYTES)["resources"])
     for part in ("model", "dataset"):
         for entry in lock[part]["files"]:
             entry["local_path"] = f"../fixtures/{entry['path']}"
@@ -62,7 +67,8 @@ def good(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_every_schema_has_an_example(good: dict[str, Any]) -> None:
     assert sorted(good) == sorted(SCHEMA_NAMES)
     assert sorted(p.name for p in SCHEMA_DIR.glob("*.schema.json")) == sorted(
-        f"{n}.schema.json" for n in SCHEMA_NAMES)
+        f"{n}.schema.json" for n in SCHEMA_NAMES
+    )
 
 
 @pytest.mark.parametrize("name", SCHEMA_NAMES)
@@ -71,8 +77,10 @@ def test_schema_header(name: str) -> None:
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert schema["$id"] == schema_id(name) == f"https://calibration-runs.example/schemas/{name}/v1"
     assert schema["additionalProperties"] is False
-    assert schema_sha256(name) == hashlib.sha256(
-        (SCHEMA_DIR / f"{name}.schema.json").read_bytes()).hexdigest()
+    assert (
+        schema_sha256(name)
+        == hashlib.sha256((SCHEMA_DIR / f"{name}.schema.json").read_bytes()).hexdigest()
+    )
 
 
 def _objects(node: Any, where: str = "$") -> list[tuple[str, dict[str, Any]]]:
@@ -108,19 +116,24 @@ def test_extra_top_level_property_rejected(name: str, good: dict[str, Any]) -> N
         validate(doc, name, source=f"the {name} file")
 
 
-@pytest.mark.parametrize(("name", "path"), [
-    ("protocol", ["resources", "model", "files", 0]),
-    ("resources", ["model", "files", 0]),
-    ("resource-lock", ["dataset"]),
-    ("pools", ["pools", "audit", 0]),
-    ("trajectory", ["steps", 0]),
-    ("metrics", ["pools", "audit", "raw", "bins", 3]),
-    ("stages", ["stages", 0]),
-    ("environment", ["stage_times", 0]),
-    ("predicate", ["audit", "raw"]),
-    ("statement", ["subject", 0, "digest"]),
-    ("envelope", ["signatures", 0]),
-])
+@pytest.mark.parametrize(
+    ("name", "path"),
+    [
+        ("protocol", ["resources", "model", "files", 0]),
+        ("resources", ["model", "files", 0]),
+        ("resource-lock", ["dataset"]),
+        ("pools", ["pools", "audit", 0]),
+        ("trajectory", ["steps", 0]),
+        ("metrics", ["pools", "audit", "raw", "bins", 3]),
+        ("stages", ["stages", 0]),
+        ("environment", ["stage_times", 0]),
+        ("bootstrap", ["differences", "nll"]),
+        ("stability", ["sizes", 0]),
+        ("predicate", ["audit", "raw"]),
+        ("statement", ["subject", 0, "digest"]),
+        ("envelope", ["signatures", 0]),
+    ],
+)
 def test_extra_nested_property_rejected(name: str, path: list[Any], good: dict[str, Any]) -> None:
     doc = copy.deepcopy(good[name])
     node = doc
@@ -134,7 +147,9 @@ def test_extra_nested_property_rejected(name: str, path: list[Any], good: dict[s
 def test_repository_protocol_validates() -> None:
     doc = json.loads(PROTOCOL_BYTES)
     validate(doc, "protocol", source="provenance.json")
-    safetensors = [f for f in doc["resources"]["model"]["files"] if f["path"] == "model.safetensors"]
+    safetensors = [
+        f for f in doc["resources"]["model"]["files"] if f["path"] == "model.safetensors"
+    ]
     assert safetensors[0]["sha256"] is None  # unpinned by hash, allowed
 
 

@@ -1,0 +1,299 @@
+"""BagIt 1.0 tag files for a bundle (FORMAT.md "Tag files"): write them around a payload, read them.
+
+`seal` turns a staging directory that holds data/... into a complete bag: bagit.txt, bag-info.txt,
+both payload manifests, and, when a key is given, the signed statement (provenance.intoto.json)
+and signer.pub.pem; tagmanifest-sha256.txt is written last.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from bundle import layout
+from bundle.canonical import dumps, loads_strict, require_canonical
+from bundle.digests import file_digests, sha256_file
+from bundle.dsse import sign_envelope
+from bundle.errors import BundleError
+from bundle.keys import fingerprint, public_key_pem
+from bundle.schemas import validate
+from bundle.statement import (
+    build_statement,
+    predicate_from_payload,
+    schemas_map,
+    statement_bytes,
+)
+
+__all__ = [
+    "bagging_date",
+    "check_payload",
+    "file_digests",
+    "format_bag_info",
+    "format_manifest",
+    "parse_bag_info",
+    "parse_manifest",
+    "payload_files",
+    "read_bag_info",
+    "read_manifest",
+    "read_text",
+    "seal",
+    "sha256_file",
+]
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_BAD_NAME = re.compile(r"[\x00-\x1f\x7f%\\]")
+_DIGEST_LEN = {"sha256": 64, "sha512": 128}
+
+
+def payload_files(bag: Path) -> list[str]:
+    """Every payload file as a POSIX path "data/...", sorted; refuse links and special files."""
+    bag = Path(bag)
+    data = bag / layout.DATA_DIR
+    if not data.is_dir() or data.is_symlink():
+        raise BundleError(f"{bag} has no data/ directory; write the payload under data/ first.")
+    found: list[str] = []
+    for root, dirs, files in os.walk(data):
+        for name in sorted(dirs + files):
+            full = Path(root, name)
+            rel = full.relative_to(bag).as_posix()
+            mode = full.lstat().st_mode
+            if stat.S_ISLNK(mode):
+                raise BundleError(
+                    f"{rel} is a symbolic link; a bundle holds regular files only, "
+                    "so copy the file instead."
+                )
+            if _BAD_NAME.search(rel):
+                raise BundleError(
+                    f"{rel!r} has a control character, '%' or '\\' in its name; rename the file."
+                )
+            if stat.S_ISREG(mode):
+                found.append(rel)
+            elif not stat.S_ISDIR(mode):
+                raise BundleError(f"{rel} is not a regular file or directory; remove it.")
+    return sorted(found)
+
+
+def bagging_date() -> str:
+    """YYYY-MM-DD (UTC) of SOURCE_DATE_EPOCH when set, else of now."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    if epoch is None or epoch == "":
+        return datetime.now(UTC).strftime("%Y-%m-%d")
+    try:
+        return datetime.fromtimestamp(int(epoch), UTC).strftime("%Y-%m-%d")
+    except (ValueError, OverflowError, OSError) as exc:
+        raise BundleError(
+            f"SOURCE_DATE_EPOCH is {epoch!r}, not a whole number of seconds since "
+            "1970; set it to an integer or unset it."
+        ) from exc
+
+
+def format_manifest(digests: Mapping[str, str]) -> str:
+    """Manifest text: one "<hex>  <path>" line per entry, sorted by path."""
+    return "".join(f"{digests[path]}  {path}\n" for path in sorted(digests))
+
+
+def parse_manifest(text: str, *, algorithm: str, source: str) -> dict[str, str]:
+    """{path: hex} from manifest text; raise BundleError on a malformed or repeated line."""
+    length = _DIGEST_LEN[algorithm]
+    out: dict[str, str] = {}
+    if text and not text.endswith("\n"):
+        raise BundleError(f"{source} does not end with a newline; the file was truncated.")
+    for number, line in enumerate(text.splitlines(), start=1):
+        digest, _, path = line.partition(" ")
+        path = path.lstrip(" ")
+        if len(digest) != length or not re.fullmatch(r"[0-9a-f]+", digest) or not path:
+            raise BundleError(
+                f"{source} line {number} is not '<{algorithm} hex>  <path>'; "
+                "the manifest is damaged."
+            )
+        if path in out:
+            raise BundleError(f"{source} lists {path} twice; the manifest is damaged.")
+        out[path] = digest
+    return out
+
+
+def format_bag_info(fields: list[tuple[str, str]]) -> str:
+    """bag-info.txt text, one "Label: value" line per field, in the given order."""
+    for label, value in fields:
+        if "\n" in value or "\r" in value or ":" in label:
+            raise BundleError(
+                f"bag-info.txt field {label} must be a single line; remove line breaks from it."
+            )
+    return "".join(f"{label}: {value}\n" for label, value in fields)
+
+
+def parse_bag_info(text: str, *, source: str = layout.BAG_INFO) -> dict[str, str]:
+    """{label: value} from bag-info.txt; raise BundleError on a malformed or repeated label."""
+    out: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        label, sep, value = line.partition(": ")
+        if not sep or not label or label != label.strip():
+            raise BundleError(f"{source} line {number} is not 'Label: value'; the file is damaged.")
+        if label in out:
+            raise BundleError(f"{source} repeats the label {label}; the file is damaged.")
+        out[label] = value
+    return out
+
+
+def read_text(bag: Path, name: str) -> str:
+    """A tag file's UTF-8 text; raise BundleError if missing or not UTF-8."""
+    path = Path(bag) / name
+    try:
+        return path.read_bytes().decode("utf-8")
+    except FileNotFoundError as exc:
+        raise BundleError(f"{name} is missing from {bag}; the bundle is incomplete.") from exc
+    except UnicodeDecodeError as exc:
+        raise BundleError(f"{name} in {bag} is not UTF-8; the bundle is damaged.") from exc
+    except OSError as exc:
+        raise BundleError(f"Cannot read {name} in {bag} ({exc.strerror}).") from exc
+
+
+def read_manifest(bag: Path, name: str) -> dict[str, str]:
+    """Parsed manifest-<alg>.txt or tagmanifest-<alg>.txt of a bag."""
+    algorithm = name.rsplit("-", 1)[-1].removesuffix(".txt")
+    if algorithm not in _DIGEST_LEN:
+        raise BundleError(f"{name} uses an algorithm this format does not define; use sha256.")
+    return parse_manifest(read_text(bag, name), algorithm=algorithm, source=name)
+
+
+def read_bag_info(bag: Path) -> dict[str, str]:
+    """Parsed bag-info.txt of a bag."""
+    return parse_bag_info(read_text(bag, layout.BAG_INFO))
+
+
+def _write(bag: Path, name: str, data: bytes) -> None:
+    fd = os.open(bag / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+
+
+def check_payload(bag: Path, *, protocol_sha256: str, profile: str, complete: bool) -> list[str]:
+    """Check the payload before it is sealed; return the payload paths.
+
+    data/protocol.json must hash to protocol_sha256; every JSON payload file must parse strictly,
+    follow its schema and (except protocol.json) be canonical; resources.json's profile must
+    equal `profile`. With `complete`, the payload must be exactly the files FORMAT.md lists.
+    """
+    bag = Path(bag)
+    if not _HEX64.fullmatch(protocol_sha256):
+        raise BundleError(
+            f"protocol_sha256 {protocol_sha256!r} is not 64 lowercase hex digits; "
+            "pass the sha256 of the protocol file."
+        )
+    if profile not in layout.PROFILES:
+        raise BundleError(
+            f"Profile {profile!r} is not one of {', '.join(layout.PROFILES)}; pass formal or other."
+        )
+    paths = payload_files(bag)
+    if layout.PROTOCOL_JSON not in paths:
+        raise BundleError(
+            f"{layout.PROTOCOL_JSON} is missing; copy the protocol file there byte for byte."
+        )
+    found = sha256_file(bag / layout.PROTOCOL_JSON)
+    if found != protocol_sha256:
+        raise BundleError(
+            f"{layout.PROTOCOL_JSON} has sha256 {found} but the protocol's is "
+            f"{protocol_sha256}; copy the protocol file byte for byte."
+        )
+    protocol = loads_strict((bag / layout.PROTOCOL_JSON).read_bytes(), source=layout.PROTOCOL_JSON)
+    validate(protocol, "protocol", source=layout.PROTOCOL_JSON)
+    if complete:
+        expected = layout.expected_payload(protocol)
+        missing = sorted(set(expected) - set(paths))
+        extra = sorted(set(paths) - set(expected))
+        if missing or extra:
+            raise BundleError(
+                f"The payload does not match FORMAT.md for this protocol (missing: "
+                f"{missing or 'none'}; extra: {extra or 'none'}); write exactly the listed files."
+            )
+    for path, name in layout.PAYLOAD_SCHEMAS.items():
+        if path not in paths or path == layout.PROTOCOL_JSON:
+            continue
+        doc: Any = require_canonical((bag / path).read_bytes(), source=path)
+        validate(doc, name, source=path)
+        if path == layout.RESOURCES_JSON and doc["profile"] != profile:
+            raise BundleError(
+                f"{path} says profile {doc['profile']!r} but the bag is sealed as "
+                f"{profile!r}; pass the profile resources.json records."
+            )
+    return paths
+
+
+def seal(
+    staging: Path,
+    *,
+    description: str,
+    protocol_sha256: str,
+    profile: str,
+    predicate: Mapping[str, Any] | None = None,
+    private_key: Ed25519PrivateKey | None = None,
+    complete: bool = True,
+) -> None:
+    """Write every tag file around staging/data/ so that staging becomes a complete bag.
+
+    With a private key, sign an in-toto Statement over all payload files; its predicate is
+    `predicate` (default: restated from the payload) plus `schemas` and `signer_fingerprint`.
+    """
+    staging = Path(staging)
+    stray = sorted(p.name for p in staging.iterdir() if p.name != layout.DATA_DIR)
+    if stray:
+        raise BundleError(
+            f"{staging} already holds {', '.join(stray)} next to data/; seal a "
+            "staging directory that holds only data/."
+        )
+    paths = check_payload(
+        staging, protocol_sha256=protocol_sha256, profile=profile, complete=complete
+    )
+    format_bag_info([(layout.INFO_DESCRIPTION, description)])  # refuse line breaks early
+    sha256: dict[str, str] = {}
+    sha512: dict[str, str] = {}
+    octets = 0
+    for path in paths:
+        sha256[path], sha512[path] = file_digests(staging / path)
+        octets += (staging / path).stat().st_size
+
+    info = [
+        (layout.INFO_BAGGING_DATE, bagging_date()),
+        (layout.INFO_PAYLOAD_OXUM, f"{octets}.{len(paths)}"),
+        (layout.INFO_DESCRIPTION, description),
+        (layout.INFO_PROTOCOL_SHA256, protocol_sha256),
+        (layout.INFO_PROFILE, profile),
+    ]
+    envelope: bytes | None = None
+    if private_key is not None:
+        signer = fingerprint(private_key)
+        info.append((layout.INFO_SIGNER_FINGERPRINT, signer))
+        full = dict(predicate_from_payload(staging) if predicate is None else predicate)
+        for key, expected in (("protocol_sha256", protocol_sha256), ("profile", profile)):
+            if full.get(key) != expected:
+                raise BundleError(
+                    f"The predicate's {key} is {full.get(key)!r} but the bag's is "
+                    f"{expected!r}; build the predicate from this payload."
+                )
+        full["schemas"] = schemas_map(paths)
+        full["signer_fingerprint"] = signer
+        statement = build_statement(sha256, full)
+        signed = sign_envelope(statement_bytes(statement), layout.PAYLOAD_TYPE, private_key)
+        envelope = dumps(signed, source=layout.PROVENANCE)
+
+    tags = {
+        layout.BAGIT_TXT: layout.BAGIT_TXT_CONTENT.encode("utf-8"),
+        layout.BAG_INFO: format_bag_info(info).encode("utf-8"),
+        layout.MANIFEST_SHA256: format_manifest(sha256).encode("utf-8"),
+        layout.MANIFEST_SHA512: format_manifest(sha512).encode("utf-8"),
+    }
+    if private_key is not None and envelope is not None:
+        tags[layout.PROVENANCE] = envelope
+        tags[layout.SIGNER_PUB] = public_key_pem(private_key)
+    for name, content in tags.items():
+        _write(staging, name, content)
+    tag_digests = {name: hashlib.sha256(content).hexdigest() for name, content in tags.items()}
+    _write(staging, layout.TAGMANIFEST_SHA256, format_manifest(tag_digests).encode("utf-8"))

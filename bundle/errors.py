@@ -1,0 +1,31 @@
+"""The error types of the bundle format; every message is one sentence: what is wrong, what to do."""
+
+from __future__ import annotations
+
+
+class BundleError(Exception):
+    """A problem with a bundle, a key or an output path that the user can act on.
+
+    The message is one sentence saying what is wrong (expected vs found where it helps) and what
+    to do next. Command-line entry points catch this class only and print the message.
+    """
+
+
+class CanonicalJSONError(BundleError):
+    """A JSON document is not canonical, not strict JSON, or holds a value JSON cannot carry."""
+
+
+class SchemaViolation(BundleError):
+    """A document does not follow its JSON Schema."""
+
+
+class KeyFileError(BundleError):
+    """A signing or public key file is missing, unreadable, locked or of the wrong type."""
+
+
+class SignatureError(BundleError):
+    """A DSSE envelope is malformed or its signature does not verify."""
+
+
+class OutputExistsError(BundleError):
+    """The output path already exists; nothing is ever overwritten."""

@@ -1,0 +1,117 @@
+"""Names fixed by bundle/FORMAT.md: tag files, payload files and the schema each JSON file follows."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+FORMAT_VERSION: Final = 1
+
+# Tag files (bag root).
+BAGIT_TXT: Final = "bagit.txt"
+BAG_INFO: Final = "bag-info.txt"
+MANIFEST_SHA256: Final = "manifest-sha256.txt"
+MANIFEST_SHA512: Final = "manifest-sha512.txt"
+PROVENANCE: Final = "provenance.intoto.json"
+SIGNER_PUB: Final = "signer.pub.pem"
+TAGMANIFEST_SHA256: Final = "tagmanifest-sha256.txt"
+
+TAG_FILES: Final = (
+    BAGIT_TXT,
+    BAG_INFO,
+    MANIFEST_SHA256,
+    MANIFEST_SHA512,
+    PROVENANCE,
+    SIGNER_PUB,
+    TAGMANIFEST_SHA256,
+)
+"""Every file a bag may hold outside data/."""
+
+BAGIT_TXT_CONTENT: Final = "BagIt-Version: 1.0\nTag-File-Character-Encoding: UTF-8\n"
+
+# bag-info.txt labels, in the order they are written.
+INFO_BAGGING_DATE: Final = "Bagging-Date"
+INFO_PAYLOAD_OXUM: Final = "Payload-Oxum"
+INFO_DESCRIPTION: Final = "External-Description"
+INFO_PROTOCOL_SHA256: Final = "Protocol-SHA256"
+INFO_PROFILE: Final = "Profile"
+INFO_SIGNER_FINGERPRINT: Final = "Signer-Fingerprint"
+BAG_INFO_LABELS: Final = (
+    INFO_BAGGING_DATE,
+    INFO_PAYLOAD_OXUM,
+    INFO_DESCRIPTION,
+    INFO_PROTOCOL_SHA256,
+    INFO_PROFILE,
+    INFO_SIGNER_FINGERPRINT,
+)
+
+PROFILES: Final = ("formal", "other")
+
+# Payload (data/).
+DATA_DIR: Final = "data"
+PROTOCOL_JSON: Final = "data/protocol.json"
+RESOURCES_JSON: Final = "data/resources.json"
+POOLS_JSON: Final = "data/pools.json"
+CALIBRATION_PREDICTIONS: Final = "data/predictions/calibration.parquet"
+AUDIT_PREDICTIONS: Final = "data/predictions/audit.parquet"
+TEMPERATURE_JSON: Final = "data/temperature.json"
+TRAJECTORY_JSON: Final = "data/trajectory.json"
+METRICS_JSON: Final = "data/metrics.json"
+STAGES_JSON: Final = "data/stages.json"
+ENVIRONMENT_JSON: Final = "data/environment.json"
+
+BOOTSTRAP_JSON: Final = "data/bootstrap.json"
+STABILITY_JSON: Final = "data/stability.json"
+
+PAYLOAD_SCHEMAS: Final[dict[str, str]] = {
+    PROTOCOL_JSON: "protocol",
+    RESOURCES_JSON: "resources",
+    POOLS_JSON: "pools",
+    TEMPERATURE_JSON: "temperature",
+    TRAJECTORY_JSON: "trajectory",
+    METRICS_JSON: "metrics",
+    STAGES_JSON: "stages",
+    ENVIRONMENT_JSON: "environment",
+    BOOTSTRAP_JSON: "bootstrap",
+    STABILITY_JSON: "stability",
+}
+"""Payload path -> schema name (schemas/<name>.schema.json) for every JSON payload file."""
+
+PROTOCOL_SECTION_PAYLOAD: Final[dict[str, str]] = {
+    "bootstrap": BOOTSTRAP_JSON,
+    "stability": STABILITY_JSON,
+}
+"""Optional protocol section -> the payload file a bundle holds exactly when the section exists."""
+
+PAYLOAD_FILES: Final = tuple(
+    sorted(
+        [
+            *(p for p in PAYLOAD_SCHEMAS if p not in PROTOCOL_SECTION_PAYLOAD.values()),
+            CALIBRATION_PREDICTIONS,
+            AUDIT_PREDICTIONS,
+        ]
+    )
+)
+"""The payload every bundle holds, sorted (see expected_payload for the complete list)."""
+
+
+def expected_payload(protocol: Mapping[str, Any]) -> tuple[str, ...]:
+    """The complete payload, sorted, of a bundle run under the parsed protocol document."""
+    extra = [path for section, path in PROTOCOL_SECTION_PAYLOAD.items() if section in protocol]
+    return tuple(sorted([*PAYLOAD_FILES, *extra]))
+
+
+NON_CANONICAL_PAYLOAD: Final = frozenset({PROTOCOL_JSON})
+"""JSON payload files copied byte for byte instead of written as canonical JSON."""
+
+# Statement and envelope.
+STATEMENT_TYPE: Final = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE: Final = "https://calibration-runs.example/predicate/temperature-calibration/v1"
+PAYLOAD_TYPE: Final = "application/vnd.in-toto+json"
+
+SCHEMA_ID_PREFIX: Final = "https://calibration-runs.example/schemas/"
+
+
+def schema_id_for(name: str) -> str:
+    """The `$id` of schema `name`: https://calibration-runs.example/schemas/<name>/v1."""
+    return f"{SCHEMA_ID_PREFIX}{name}/v1"

@@ -1,0 +1,127 @@
+"""The JSON Schemas of the bundle format (schemas/<name>.schema.json), loaded and applied.
+
+Every schema is Draft 2020-12 with `$id` https://calibration-runs.example/schemas/<name>/v1;
+`$ref`s between schemas resolve from this directory only, never from the network.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+from jsonschema.exceptions import ValidationError, best_match
+from referencing import Registry, Resource
+
+from bundle.canonical import loads_strict
+from bundle.errors import BundleError, SchemaViolation
+from bundle.layout import schema_id_for
+
+SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
+
+SCHEMA_NAMES = (
+    "protocol",
+    "resources",
+    "resource-lock",
+    "pools",
+    "temperature",
+    "trajectory",
+    "metrics",
+    "stages",
+    "environment",
+    "bootstrap",
+    "stability",
+    "predicate",
+    "statement",
+    "envelope",
+)
+"""Every schema the format defines."""
+
+
+def schema_path(name: str) -> Path:
+    """Path of schema `name`; raise BundleError for a name the format does not define."""
+    if name not in SCHEMA_NAMES:
+        raise BundleError(f"Unknown schema {name!r}; use one of {', '.join(SCHEMA_NAMES)}.")
+    return SCHEMA_DIR / f"{name}.schema.json"
+
+
+@functools.cache
+def _schema_bytes(name: str) -> bytes:
+    path = schema_path(name)
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise BundleError(
+            f"Cannot read schema file {path} ({exc.strerror}); run from a complete checkout "
+            "that has the schemas/ directory."
+        ) from exc
+
+
+def schema_id(name: str) -> str:
+    """The `$id` of schema `name`."""
+    schema_path(name)
+    return schema_id_for(name)
+
+
+def schema_sha256(name: str) -> str:
+    """sha256 hex of the schema file's bytes, as recorded in the predicate."""
+    return hashlib.sha256(_schema_bytes(name)).hexdigest()
+
+
+@functools.cache
+def _load(name: str) -> dict[str, Any]:
+    schema = loads_strict(_schema_bytes(name), source=str(schema_path(name)))
+    if not isinstance(schema, dict) or schema.get("$id") != schema_id_for(name):
+        raise BundleError(
+            f"{schema_path(name)} does not declare $id {schema_id_for(name)}; restore the file "
+            "from the repository."
+        )
+    return schema
+
+
+def load_schema(name: str) -> dict[str, Any]:
+    """The parsed schema `name` (a fresh copy the caller may modify)."""
+    return loads_strict(_schema_bytes(name))  # type: ignore[no-any-return]
+
+
+@functools.cache
+def _registry() -> Registry:
+    return Registry().with_resources(
+        (schema_id_for(n), Resource.from_contents(_load(n))) for n in SCHEMA_NAMES
+    )
+
+
+@functools.cache
+def _validator(name: str) -> jsonschema.Draft202012Validator:
+    schema = _load(name)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(
+        schema, registry=_registry(), format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
+    )
+
+
+def _json_path(error: ValidationError) -> str:
+    out = "$"
+    for part in error.absolute_path:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+def validate(obj: Any, name: str, *, source: str | None = None) -> None:
+    """Raise SchemaViolation naming the document, the field and the violation if `obj` fails."""
+    error = best_match(_validator(name).iter_errors(obj))
+    if error is None:
+        return
+    what = source or f"The {name} document"
+    message = error.message if len(error.message) <= 200 else error.message[:197] + "..."
+    raise SchemaViolation(
+        f"{what} does not follow schema {name}/v1 ({schema_path(name).name}): at "
+        f"{_json_path(error)}, {message}; correct the file (or the code that wrote it)."
+    )
+
+
+def is_valid(obj: Any, name: str) -> bool:
+    """True when `obj` follows schema `name`."""
+    return bool(_validator(name).is_valid(obj))

@@ -1,0 +1,61 @@
+"""`python -m bundle`: data on stdout; a BundleError is one line on stderr and exit status 2."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bundle.__main__ import main
+from bundle.bag import seal
+from bundle.examples import write_example_payload
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_keygen_prints_fingerprint_and_paths(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["keygen", "--out", str(tmp_path / "k")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("fingerprint ") and len(out[0].split()[1]) == 64
+    assert out[1] == f"private {tmp_path / 'k' / 'signing-key.pem'}"
+    assert out[2] == f"public {tmp_path / 'k' / 'signing-key.pub.pem'}"
+
+
+def test_errors_are_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["keygen", "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+    assert main(["keygen", "--out", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1 and captured.err.startswith("error: ")
+    assert "already exists" in captured.err
+
+
+def test_archive_prints_path_and_sha256(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bag = tmp_path / "run"
+    seal(bag, description="cli", protocol_sha256=write_example_payload(bag), profile="formal")
+    assert main(["archive", str(bag), "--out", str(tmp_path / "r.tgz")]) == 0
+    path, digest = capsys.readouterr().out.splitlines()
+    assert path == str(tmp_path / "r.tgz")
+    assert digest == f"sha256 {hashlib.sha256((tmp_path / 'r.tgz').read_bytes()).hexdigest()}"
+    assert main(["archive", str(tmp_path / "missing")]) == 2
+
+
+def test_module_entry_point(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "bundle", "archive", str(tmp_path)],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1
