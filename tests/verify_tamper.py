@@ -7,15 +7,19 @@ verify.numerics, whose correctness is tested separately against brute force."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle import layout
@@ -116,7 +120,7 @@ def _parquet(entries: list[dict[str, Any]], z32: np.ndarray, y: np.ndarray,
     return sink.getvalue().to_pybytes()
 
 
-def write_payload(data: Path, *, sizes: tuple[int, int, int] | None = (8, 20, 20), seed: int = 0,
+def write_payload(data: Path, *, sizes: tuple[int, int, int] | None = (8, 40, 40), seed: int = 0,
                   scale: float = 6.0, fixed_beta: float | None = None) -> None:
     """Write a complete FORMAT.md payload into `data` (sizes None: the repository's protocol)."""
     rng = np.random.default_rng(seed)
@@ -138,9 +142,8 @@ def write_payload(data: Path, *, sizes: tuple[int, int, int] | None = (8, 20, 20
         "dataset": {"repo_id": "test/synthetic-sst2", "repo_type": "dataset", "revision": "local",
                     "source": "local",
                     "files": [{"path": "data/validation-00000-of-00001.parquet", "size": 1,
-                               "sha256": dataset_sha,
-                               "pinned_sha256": protocol["resources"]["dataset"]["files"][0][
-                                   "sha256"], "pin": "protocol", "matches_pin": False}]},
+                               "sha256": dataset_sha, "pinned_sha256": dataset_sha,
+                               "pin": "none", "matches_pin": True}]},
     }
     prefix = protocol["split"]["prefix"]
     keyed = sorted((sha256(f"{prefix}{i}".encode()), i) for i in range(rows))
@@ -196,6 +199,11 @@ def write_payload(data: Path, *, sizes: tuple[int, int, int] | None = (8, 20, 20
                          "calibrated": numerics.metric_set(*arrays[name], beta, threshold)}
                   for name in (AUDIT, CAL)}}
     digests["metrics.json"] = _write_json(data, "metrics.json", metrics)
+    if "bootstrap" in protocol:
+        _write_json(data, "bootstrap.json", _bootstrap(protocol, psha, digests, arrays[AUDIT],
+                                                       beta, threshold))
+    if "stability" in protocol:
+        _write_json(data, "stability.json", _stability(protocol, psha, digests, arrays, beta))
 
     def pick(*names: str) -> dict[str, str]:
         return {n: digests[n] for n in names}
@@ -217,6 +225,70 @@ def write_payload(data: Path, *, sizes: tuple[int, int, int] | None = (8, 20, 20
         "machine": "x86_64", "cpu_model": None, "logical_cores": 2, "packages": {},
         "torch": {}, "env": {}, "image": None, "git_commit": None, "timings_s": {},
         "stage_times": [], "peak_rss_mb": 1.0})
+
+
+def _bootstrap(protocol: dict[str, Any], psha: str, digests: dict[str, str],
+               audit: tuple[np.ndarray, np.ndarray], beta: float,
+               threshold: float) -> dict[str, Any]:
+    """The paired bootstrap written plainly: score each resample's rows with metric_set."""
+    spec = protocol["bootstrap"]
+    z, y = audit
+    n = len(y)
+    idx = np.random.Generator(np.random.PCG64(spec["seed"])).integers(
+        0, n, size=(spec["resamples"], n))
+    diffs: dict[str, list[float]] = {m: [] for m in spec["metrics"]}
+    for row in idx:
+        raw = numerics.metric_set(z[row], y[row], 1.0, threshold)
+        cal = numerics.metric_set(z[row], y[row], beta, threshold)
+        for m, values in diffs.items():
+            values.append(cal[m] - raw[m])
+    whole_raw = numerics.metric_set(z, y, 1.0, threshold)
+    whole_cal = numerics.metric_set(z, y, beta, threshold)
+    q = spec["interval"]["quantiles"]
+    out = {}
+    for m, values in diffs.items():
+        lower, upper = (float(v) for v in np.quantile(np.array(values), q, method="linear"))
+        out[m] = {"point": whole_cal[m] - whole_raw[m], "lower": lower, "upper": upper,
+                  "verdict": "decrease" if upper < 0 else "increase" if lower > 0 else "no claim"}
+    return {"protocol_sha256": psha, "pool": spec["pool"], "n": n,
+            "predictions_sha256": digests[f"predictions/{AUDIT}.parquet"],
+            "temperature_sha256": digests["temperature.json"],
+            "metrics_sha256": digests["metrics.json"], "beta": beta,
+            "resamples": spec["resamples"], "seed": spec["seed"],
+            "rng": "numpy.random.Generator(numpy.random.PCG64(seed)).integers(0, n, "
+                   "size=(resamples, n))",
+            "indices_sha256": sha256(idx.astype("<i8").tobytes()),
+            "statistic": "calibrated minus raw",
+            "interval": {"level": spec["interval"]["level"], "quantiles": q,
+                         "method": spec["interval"]["method"]},
+            "differences": out}
+
+
+def _stability(protocol: dict[str, Any], psha: str, digests: dict[str, str],
+               arrays: dict[str, tuple[np.ndarray, np.ndarray]], beta: float) -> dict[str, Any]:
+    fit = protocol["fit"]
+    zc, yc = arrays[CAL]
+    za, ya = arrays[AUDIT]
+    sizes = []
+    for m in sorted(protocol["stability"]["sizes"]):
+        if m > len(yc):
+            continue
+        b = bisect(zc[:m], yc[:m], fit["t_min"], fit["t_max"], fit["steps"])
+        sizes.append({"m": m, "temperature": 1.0 / b["beta"], "beta": b["beta"],
+                      "boundary": b["boundary_side"] is not None,
+                      "boundary_side": b["boundary_side"],
+                      "calibration_nll_after": numerics.mean_nll(zc[:m], yc[:m], b["beta"]),
+                      "audit_nll": numerics.mean_nll(za, ya, b["beta"])})
+    return {"protocol_sha256": psha,
+            "role": "descriptive only; never used to choose the temperature",
+            "nesting": "first m rows of the calibration pool in pool order (ascending split key)",
+            "calibration_predictions_sha256": digests[f"predictions/{CAL}.parquet"],
+            "audit_predictions_sha256": digests[f"predictions/{AUDIT}.parquet"],
+            "temperature_sha256": digests["temperature.json"], "calibration_n": len(yc),
+            "audit_n": len(ya), "t_min": fit["t_min"], "t_max": fit["t_max"],
+            "steps": fit["steps"], "audit_nll_raw": numerics.mean_nll(za, ya, 1.0),
+            "sizes": sizes,
+            "skipped_sizes": [m for m in sorted(protocol["stability"]["sizes"]) if m > len(yc)]}
 
 
 def make_bundle(out: Path, key: Ed25519PrivateKey, **kwargs: Any) -> Path:
@@ -292,7 +364,7 @@ def reseal(bag: Path, key: Ed25519PrivateKey | None, *,
 
 
 def _restate(bag: Path, pred: dict[str, Any]) -> None:
-    try:
+    with contextlib.suppress(Exception):  # a payload broken on purpose keeps the old claims
         t = loads_strict((bag / layout.TEMPERATURE_JSON).read_bytes())
         m = loads_strict((bag / layout.METRICS_JSON).read_bytes())
         pred["temperature"] = {"temperature": t["temperature"], "beta": t["beta"],
@@ -303,8 +375,6 @@ def _restate(bag: Path, pred: dict[str, Any]) -> None:
                          **{w: {k: audit[w][k] for k in ("accuracy", "nll", "brier", "ece", "mce")}
                             for w in ("raw", "calibrated")}}
         pred["protocol_sha256"] = sha256((bag / layout.PROTOCOL_JSON).read_bytes())
-    except Exception:  # a payload broken on purpose: keep the old claims
-        pass
 
 
 def copy_bag(src: Path, dst: Path) -> Path:
@@ -331,3 +401,33 @@ def update_stage_hashes(bag: Path) -> None:
                     stage[role][rel] = sha256((data / rel).read_bytes())
 
     edit_json(bag, layout.STAGES_JSON, fix)
+
+
+# -- fixtures (import them into a test module by name) ----------------------------------------
+
+@dataclass(frozen=True)
+class Keys:
+    real: Ed25519PrivateKey
+    other: Ed25519PrivateKey
+
+
+@pytest.fixture(scope="session")
+def verify_keys() -> Keys:
+    return Keys(Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate())
+
+
+@pytest.fixture(scope="session")
+def synthetic_bag(tmp_path_factory: pytest.TempPathFactory, verify_keys: Keys) -> Path:
+    return make_bundle(tmp_path_factory.mktemp("synthetic") / "bag", verify_keys.real)
+
+
+@pytest.fixture(params=["synthetic", "job"])
+def base(request: pytest.FixtureRequest, verify_keys: Keys) -> tuple[Path, Keys]:
+    """(read-only bag, keys whose .real signed it)."""
+    if request.param == "synthetic":
+        return request.getfixturevalue("synthetic_bag"), verify_keys
+    from bundle.keys import load_private_key
+
+    bag = request.getfixturevalue("tiny_bundle")
+    key_dir = request.getfixturevalue("signing_key_dir")
+    return bag, Keys(load_private_key(key_dir / "signing-key.pem"), verify_keys.other)

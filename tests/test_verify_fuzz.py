@@ -1,0 +1,143 @@
+"""Random byte flips anywhere in a signed bag: none may be accepted.
+
+Verification runs in-process on the bag held in memory (one file's bytes replaced), so that
+thousands of flips take seconds. fail_fast stops at the first failed check, which gives the same
+verdict as a full run; a smaller sample runs every check to show nothing crashes into a pass."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.verify_tamper import Keys, base, synthetic_bag, verify_keys  # noqa: F401
+from verify import bag as bagmod
+from verify.checks import Trust, verify_tree
+from verify.result import EXIT_OK, EXIT_UNTRUSTED, exit_code
+
+FLIPS = 1000
+
+
+def flipped(tree: bagmod.BagTree, name: str, position: float,
+            mask: int) -> bagmod.BagTree:
+    """The tree with one byte of `name` XORed with mask; position: a fraction, or an index."""
+    data = bytearray(tree.files[name])
+    i = position if isinstance(position, int) else min(int(position * len(data)), len(data) - 1)
+    data[i] ^= mask
+    files = dict(tree.files)
+    files[name] = bytes(data)
+    return bagmod.BagTree(root=tree.root, files=files, dirs=list(tree.dirs))
+
+
+def _run(tree: bagmod.BagTree, trust: Trust, fail_fast: bool) -> int:
+    return exit_code(verify_tree(tree, trust, fail_fast=fail_fast).checks)
+
+
+@pytest.fixture
+def loaded(base: tuple[Path, Keys]) -> tuple[bagmod.BagTree, list[str], Trust]:  # noqa: F811
+    bag, keys = base
+    tree = bagmod.read_tree(bag)
+    trust = Trust(key=keys.real.public_key(), source="real.pem")
+    assert _run(tree, trust, fail_fast=False) == EXIT_OK
+    return tree, sorted(tree.files), trust
+
+
+@pytest.mark.parametrize("fail_fast,examples", [(True, FLIPS), (False, 60)])
+def test_random_byte_flips_are_rejected(loaded: tuple[bagmod.BagTree, list[str], Trust],
+                                        fail_fast: bool, examples: int) -> None:
+    tree, names, trust = loaded
+
+    @settings(max_examples=examples, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(st.sampled_from(names), st.floats(0.0, 1.0, allow_nan=False), st.integers(1, 255))
+    def check(name: str, position: float, mask: int) -> None:
+        code = _run(flipped(tree, name, position, mask), trust, fail_fast)
+        assert code not in (EXIT_OK, EXIT_UNTRUSTED), (name, position, mask)
+
+    check()
+
+
+def test_flips_without_a_trusted_key_are_rejected(
+        loaded: tuple[bagmod.BagTree, list[str], Trust]) -> None:
+    """Without a pinned key a flip must still fail (exit 1), not merely lack a trusted signer."""
+    tree, names, _ = loaded
+
+    @settings(max_examples=200, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(st.sampled_from(names), st.floats(0.0, 1.0, allow_nan=False), st.integers(1, 255))
+    def check(name: str, position: float, mask: int) -> None:
+        assert _run(flipped(tree, name, position, mask), Trust(), True) not in (
+            EXIT_OK, EXIT_UNTRUSTED)
+
+    check()
+
+
+def test_every_byte_of_the_tag_manifest(loaded: tuple[bagmod.BagTree, list[str], Trust]) -> None:
+    """The tag manifest is the one file no other file hashes: flip each of its bytes, including
+    space <-> tab and case changes."""
+    tree, _, trust = loaded
+    data = tree.files["tagmanifest-sha256.txt"]
+    for i in range(len(data)):
+        for mask in (0x01, 0x20, 0x29, 0x80):
+            code = _run(flipped(tree, "tagmanifest-sha256.txt", i, mask), trust, True)
+            assert code not in (EXIT_OK, EXIT_UNTRUSTED), (i, mask)
+
+
+RECORDS = ("temperature.json", "trajectory.json", "metrics.json", "bootstrap.json",
+           "stability.json", "pools.json", "stages.json")
+
+
+def _leaves(doc: object, path: tuple[object, ...] = ()) -> list[tuple[tuple[object, ...], object]]:
+    if isinstance(doc, dict):
+        return [leaf for k, v in doc.items() for leaf in _leaves(v, (*path, k))]
+    if isinstance(doc, list):
+        return [leaf for i, v in enumerate(doc) for leaf in _leaves(v, (*path, i))]
+    return [(path, doc)]
+
+
+def _changed(value: object) -> object:
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):
+        return value * (1 + 1e-6) + 1e-8
+    if isinstance(value, str):
+        return value[:-1] + ("0" if value[-1:] != "0" else "1")
+    return 0.5  # null
+
+
+def test_any_recorded_value_changed_by_the_key_holder_is_rejected(
+        base: tuple[Path, Keys], tmp_path: Path) -> None:  # noqa: F811
+    """Change one value anywhere in the records (not environment.json, which is reported, not
+    checked), restate the predicate and re-seal with the real key: the recomputation or a
+    cross-check must still reject it."""
+    import random
+
+    from bundle.canonical import loads_strict
+    from tests.verify_tamper import copy_bag, edit_json, reseal
+    from verify.api import verify_path
+
+    bag, keys = base
+    trust = Trust(key=keys.real.public_key(), source="real.pem")
+    rng = random.Random(0)
+    picks = []
+    for name in RECORDS:
+        if (bag / "data" / name).exists():
+            leaves = _leaves(loads_strict((bag / "data" / name).read_bytes()))
+            picks += [(name, leaf) for leaf in rng.sample(leaves, min(8, len(leaves)))]
+    for i, (name, (path, value)) in enumerate(picks):
+        work = copy_bag(bag, tmp_path / f"b{i}")
+
+        def change(doc: object, path: tuple[object, ...] = path, value: object = value) -> None:
+            node = doc
+            for part in path[:-1]:
+                node = node[part]  # type: ignore[index]
+            node[path[-1]] = _changed(value)  # type: ignore[index]
+
+        edit_json(work, f"data/{name}", change)
+        reseal(work, keys.real)
+        outcome = verify_path(work, trust)
+        assert outcome.exit_code not in (EXIT_OK, EXIT_UNTRUSTED), (name, path, value)

@@ -1,0 +1,508 @@
+"""Tampered bundles: every one must be rejected (exit 1) by a check that names the problem.
+
+Each class runs on two bases: a synthetic full-format bundle (tests/verify_tamper.py) and the
+real bundle the job writes for the tiny generated model (the `tiny_bundle` fixture). Attackers
+without the key re-seal with their own key while the real key is pinned; attackers who hold the
+key re-seal with it, and the recomputation from the logits must still catch them."""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from bundle import layout
+from bundle.canonical import dumps, loads_strict
+from bundle.dsse import sign_envelope
+from tests.verify_tamper import (  # noqa: F401
+    Keys,
+    base,
+    copy_bag,
+    edit_json,
+    reseal,
+    sha256,
+    synthetic_bag,
+    update_stage_hashes,
+    verify_keys,
+)
+from verify import numerics
+from verify.api import verify_path
+from verify.checks import Trust
+from verify.result import EXIT_FAILED, EXIT_OK, EXIT_UNTRUSTED
+
+# -- edits -----------------------------------------------------------------------------------
+
+def flip(bag: Path, rel: str, offset: int | None = None) -> None:
+    path = bag / rel
+    data = bytearray(path.read_bytes())
+    i = len(data) // 2 if offset is None else offset
+    data[i] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def edit_parquet(bag: Path, pool: str, fn: Callable[[dict[str, np.ndarray]], None]) -> None:
+    path = bag / f"data/predictions/{pool}.parquet"
+    table = pq.read_table(path)
+    cols = {name: table.column(name).to_numpy(zero_copy_only=False).copy()
+            for name in table.column_names}
+    fn(cols)
+    arrays = [pa.array(cols[f.name], f.type) for f in table.schema]
+    sink = io.BytesIO()
+    pq.write_table(pa.Table.from_arrays(arrays, schema=table.schema), sink, compression="zstd",
+                   use_dictionary=False, write_statistics=False)
+    path.write_bytes(sink.getvalue())
+
+
+def refresh_probs(cols: dict[str, np.ndarray]) -> None:
+    """An attacker who edits logits keeps prob_k and pred consistent with them."""
+    k = sum(1 for c in cols if c.startswith("logit_"))
+    z = np.stack([cols[f"logit_{i}"] for i in range(k)], axis=1).astype(np.float64)
+    p = numerics.probabilities(z, 1.0)
+    for i in range(k):
+        cols[f"prob_{i}"] = p[:, i]
+    cols["pred"] = np.argmax(z, axis=1).astype(np.int64)
+
+
+def envelope_edit(bag: Path, fn: Callable[[dict[str, Any]], None]) -> None:
+    env = loads_strict((bag / layout.PROVENANCE).read_bytes())
+    fn(env)
+    (bag / layout.PROVENANCE).write_bytes(dumps(env))
+    fix_tagmanifest(bag)
+
+
+def fix_tagmanifest(bag: Path) -> None:
+    """An attacker without the key can still make the (unsigned) tag manifest match."""
+    from bundle.bag import format_manifest
+
+    tags = [t for t in (layout.BAGIT_TXT, layout.BAG_INFO, layout.MANIFEST_SHA256,
+                        layout.MANIFEST_SHA512, layout.PROVENANCE, layout.SIGNER_PUB)
+            if (bag / t).exists()]
+    (bag / layout.TAGMANIFEST_SHA256).write_text(
+        format_manifest({t: sha256((bag / t).read_bytes()) for t in tags}))
+
+
+def fix_manifests_without_key(bag: Path) -> None:
+    """Recompute both payload manifests and the tag manifest, leaving the signature alone."""
+    from bundle.bag import file_digests, format_manifest
+
+    paths = sorted(p.relative_to(bag).as_posix() for p in (bag / "data").rglob("*") if p.is_file())
+    digests = {p: file_digests(bag / p) for p in paths}
+    (bag / layout.MANIFEST_SHA256).write_text(format_manifest({p: d[0] for p, d in digests.items()}))
+    (bag / layout.MANIFEST_SHA512).write_text(format_manifest({p: d[1] for p, d in digests.items()}))
+    fix_tagmanifest(bag)
+
+
+def set_bag_info(bag: Path, label: str, value: str) -> None:
+    lines = (bag / layout.BAG_INFO).read_text().splitlines()
+    lines = [f"{label}: {value}" if line.startswith(label + ":") else line for line in lines]
+    (bag / layout.BAG_INFO).write_text("\n".join(lines) + "\n")
+    fix_tagmanifest(bag)
+
+
+def recompute_metrics(bag: Path) -> None:
+    """An attacker holding the key makes metrics.json follow temperature.json."""
+    t = loads_strict((bag / layout.TEMPERATURE_JSON).read_bytes())
+
+    def fix(m: dict[str, Any]) -> None:
+        m["beta"], m["temperature"] = t["beta"], t["temperature"]
+        m["temperature_sha256"] = sha256((bag / layout.TEMPERATURE_JSON).read_bytes())
+        for pool, entry in m["pools"].items():
+            table = pq.read_table(bag / f"data/predictions/{pool}.parquet")
+            k = sum(1 for c in table.column_names if c.startswith("logit_"))
+            z = np.stack([table.column(f"logit_{i}").to_numpy() for i in range(k)],
+                         axis=1).astype(np.float64)
+            y = table.column("label").to_numpy().astype(np.int64)
+            entry["raw"] = numerics.metric_set(z, y, 1.0, 0.9)
+            entry["calibrated"] = numerics.metric_set(z, y, t["beta"], 0.9)
+            entry["predictions_sha256"] = sha256(
+                (bag / f"data/predictions/{pool}.parquet").read_bytes())
+
+    edit_json(bag, layout.METRICS_JSON, fix)
+
+
+def with_key(edit: Callable[[Path], None], *, stages: bool = True,
+             metrics: bool = False) -> Callable[[Path, Keys], None]:
+    """Edit the payload, cover the tracks, and re-seal with the real key."""
+    def run(bag: Path, keys: Keys) -> None:
+        edit(bag)
+        if metrics:
+            recompute_metrics(bag)
+        if stages:
+            update_stage_hashes(bag)
+        reseal(bag, keys.real)
+    return run
+
+
+def no_key(edit: Callable[[Path], None]) -> Callable[[Path, Keys], None]:
+    def run(bag: Path, keys: Keys) -> None:
+        edit(bag)
+    return run
+
+
+def write(rel: str, data: bytes) -> Callable[[Path], None]:
+    def run(bag: Path) -> None:
+        (bag / rel).write_bytes(data)
+    return run
+
+
+def set_temperature(factor: float) -> Callable[[Path], None]:
+    def run(bag: Path) -> None:
+        def fix(t: dict[str, Any]) -> None:
+            t["temperature"] *= factor
+            t["beta"] = 1.0 / t["temperature"]
+            t["bracket"] = [t["beta"], t["beta"]] if t["boundary"] else t["bracket"]
+        edit_json(bag, layout.TEMPERATURE_JSON, fix)
+    return run
+
+
+def swap_pool_member(bag: Path) -> None:
+    def fix(p: dict[str, Any]) -> None:
+        a, c = p["pools"]["audit"], p["pools"]["calibration"]
+        a[0], c[0] = c[0], a[0]
+        a.sort(key=lambda e: e["split_key"])
+        c.sort(key=lambda e: e["split_key"])
+    edit_json(bag, layout.POOLS_JSON, fix)
+
+
+def audit_names_other_temperature(bag: Path) -> None:
+    def fix(s: dict[str, Any]) -> None:
+        for stage in s["stages"]:
+            if stage["name"] == "audit-inference":
+                stage["consumed"]["temperature.json"] = "0" * 64
+    edit_json(bag, layout.STAGES_JSON, fix)
+
+
+def raw_json(rel: str, old: bytes, new: bytes) -> Callable[[Path], None]:
+    def run(bag: Path) -> None:
+        data = (bag / rel).read_bytes()
+        assert old in data, (rel, old)
+        (bag / rel).write_bytes(data.replace(old, new, 1))
+    return run
+
+
+def edit(rel: str, fn: Callable[[Any], Any]) -> Callable[[Path], None]:
+    return lambda bag: edit_json(bag, rel, fn)
+
+
+def symlink_in_data(bag: Path) -> None:
+    target = bag.parent / "outside-environment.json"
+    shutil.copy(bag / layout.ENVIRONMENT_JSON, target)
+    (bag / layout.ENVIRONMENT_JSON).unlink()
+    os.symlink(target, bag / layout.ENVIRONMENT_JSON)
+
+
+def manifest_line(path: str) -> Callable[[Path], None]:
+    def run(bag: Path) -> None:
+        text = (bag / layout.MANIFEST_SHA256).read_text()
+        first = text.splitlines()[0]
+        digest = first.split("  ")[0]
+        lines = sorted(text.splitlines() + [f"{digest}  {path}"], key=lambda l: l.split("  ")[1])
+        (bag / layout.MANIFEST_SHA256).write_text("\n".join(lines) + "\n")
+        fix_tagmanifest(bag)
+    return run
+
+
+def statement_edit(fn: Callable[[dict[str, Any]], None], key: str = "none") -> Callable[[Path, Keys], None]:
+    """Edit the signed statement; re-sign it with nobody ('none'), the real or the other key."""
+    def run(bag: Path, keys: Keys) -> None:
+        env = loads_strict((bag / layout.PROVENANCE).read_bytes())
+        statement = loads_strict(base64.b64decode(env["payload"]))
+        fn(statement)
+        payload = dumps(statement)
+        if key == "none":
+            env["payload"] = base64.b64encode(payload).decode()
+        else:
+            env = sign_envelope(payload, layout.PAYLOAD_TYPE, keys.real if key == "real" else keys.other)
+        (bag / layout.PROVENANCE).write_bytes(dumps(env))
+        fix_tagmanifest(bag)
+    return run
+
+
+def prob_edit(cols: dict[str, np.ndarray]) -> None:
+    cols["prob_0"][0] += 1e-6
+
+
+def logit_edit(cols: dict[str, np.ndarray]) -> None:
+    cols["logit_1"][0] += np.float32(0.5)
+    refresh_probs(cols)
+
+
+def other_signer(edit_fn: Callable[[Path], None] | None = None) -> Callable[[Path, Keys], None]:
+    def run(bag: Path, keys: Keys) -> None:
+        if edit_fn is not None:
+            edit_fn(bag)
+        reseal(bag, keys.other)
+    return run
+
+
+def unsigned(bag: Path, keys: Keys) -> None:
+    reseal(bag, None)
+
+
+def swap_two_signature_bytes(env: dict[str, Any]) -> None:
+    sig = bytearray(base64.b64decode(env["signatures"][0]["sig"]))
+    sig[5] ^= 0x80
+    env["signatures"][0]["sig"] = base64.b64encode(bytes(sig)).decode()
+
+
+def reorder_stages(s: dict[str, Any]) -> None:
+    st = s["stages"]
+    st[2], st[3] = st[3], st[2]
+
+
+def first_nonboundary_step(t: dict[str, Any]) -> None:
+    if t["steps"]:
+        t["steps"][0]["g"] += 1e-3
+    else:
+        t["g_at_beta_min"] += 1e-3
+
+
+def bump_metric(path: list[Any], delta: float) -> Callable[[Any], None]:
+    def fix(m: dict[str, Any]) -> None:
+        node = m
+        for p in path[:-1]:
+            node = node[p]
+        node[path[-1]] = node[path[-1]] + delta
+    return fix
+
+
+def rows_reversed(cols: dict[str, np.ndarray]) -> None:
+    for name in cols:
+        cols[name] = cols[name][::-1].copy()
+
+
+def batch_edit(cols: dict[str, np.ndarray]) -> None:
+    cols["batch"][0] += 1
+
+
+def claim_formal(bag: Path) -> None:
+    edit_json(bag, layout.RESOURCES_JSON, lambda r: r.update(profile="formal", deviations=[]))
+    lines = (bag / layout.BAG_INFO).read_text().replace("Profile: other", "Profile: formal")
+    (bag / layout.BAG_INFO).write_text(lines)
+
+
+def add_prefix(p: dict[str, Any]) -> None:
+    p["prefix"] = "cycle8:"
+
+
+def replace_protocol(bag: Path) -> None:
+    data = (bag / layout.PROTOCOL_JSON).read_bytes().replace(b'"t_max": 20.0', b'"t_max": 30.0')
+    (bag / layout.PROTOCOL_JSON).write_bytes(data)
+    # bag-info.txt names the protocol too; an attacker updates it
+    proto = sha256(data)
+    text = (bag / layout.BAG_INFO).read_text()
+    lines = [f"Protocol-SHA256: {proto}" if l.startswith("Protocol-SHA256") else l
+             for l in text.splitlines()]
+    (bag / layout.BAG_INFO).write_text("\n".join(lines) + "\n")
+
+
+TAMPERS: dict[str, tuple[Callable[[Path, Keys], None], str, str]] = {
+    # one byte changed in each kind of file
+    "byte-protocol": (no_key(lambda b: flip(b, layout.PROTOCOL_JSON)), "bag.manifest-sha256",
+                      "data/protocol.json"),
+    "byte-resources": (no_key(lambda b: flip(b, layout.RESOURCES_JSON)), "bag.manifest-sha256",
+                       "data/resources.json"),
+    "byte-pools": (no_key(lambda b: flip(b, layout.POOLS_JSON)), "bag.manifest-sha256",
+                   "data/pools.json"),
+    "byte-calibration-parquet": (no_key(lambda b: flip(b, layout.CALIBRATION_PREDICTIONS)),
+                                 "bag.manifest-sha256", "calibration.parquet"),
+    "byte-audit-parquet": (no_key(lambda b: flip(b, layout.AUDIT_PREDICTIONS)),
+                           "bag.manifest-sha256", "audit.parquet"),
+    "byte-temperature": (no_key(lambda b: flip(b, layout.TEMPERATURE_JSON)),
+                         "bag.manifest-sha256", "temperature.json"),
+    "byte-trajectory": (no_key(lambda b: flip(b, layout.TRAJECTORY_JSON)), "bag.manifest-sha256",
+                        "trajectory.json"),
+    "byte-metrics": (no_key(lambda b: flip(b, layout.METRICS_JSON)), "bag.manifest-sha256",
+                     "metrics.json"),
+    "byte-stages": (no_key(lambda b: flip(b, layout.STAGES_JSON)), "bag.manifest-sha256",
+                    "stages.json"),
+    "byte-environment": (no_key(lambda b: flip(b, layout.ENVIRONMENT_JSON)),
+                         "bag.manifest-sha256", "environment.json"),
+    "byte-bagit-txt": (no_key(lambda b: flip(b, layout.BAGIT_TXT)), "bag.declaration",
+                       "bagit.txt"),
+    "byte-bag-info": (no_key(lambda b: flip(b, layout.BAG_INFO, 2)), "bag.tagmanifest",
+                      "bag-info.txt"),
+    "byte-manifest-sha512": (no_key(lambda b: flip(b, layout.MANIFEST_SHA512, 3)),
+                             "bag.manifest-sha512", "manifest-sha512.txt"),
+    "byte-envelope": (no_key(lambda b: flip(b, layout.PROVENANCE)), "bag.tagmanifest",
+                      "provenance.intoto.json"),
+    "byte-signer-pub": (no_key(lambda b: flip(b, layout.SIGNER_PUB, 40)), "bag.tagmanifest",
+                        "signer.pub.pem"),
+    "byte-tagmanifest": (no_key(lambda b: flip(b, layout.TAGMANIFEST_SHA256, 5)),
+                         "bag.tagmanifest", "tagmanifest-sha256.txt"),
+    # files removed or added
+    "file-removed": (no_key(lambda b: (b / layout.METRICS_JSON).unlink()), "bag.payload-files",
+                     "missing ['data/metrics.json']"),
+    "file-added-data": (no_key(write("data/notes.txt", b"hello\n")), "bag.payload-files",
+                        "data/notes.txt"),
+    "file-added-root": (no_key(write("README.txt", b"hello\n")), "bag.layout", "README.txt"),
+    "file-added-and-listed": (no_key(lambda b: (write("data/notes.txt", b"x")(b),
+                                                fix_manifests_without_key(b))),
+                              "signature.subjects", "data/notes.txt"),
+    "tag-file-removed": (no_key(lambda b: (b / layout.MANIFEST_SHA512).unlink()), "bag.layout",
+                         "manifest-sha512.txt"),
+    # manifests edited to match a tampered file (no key)
+    "manifest-edited-to-match": (no_key(lambda b: (flip(b, layout.METRICS_JSON),
+                                                   fix_manifests_without_key(b))),
+                                 "signature.subjects", "data/metrics.json"),
+    "manifest-dotdot-path": (no_key(manifest_line("data/../../etc/passwd")), "bag.manifest-sha256",
+                             "escapes the bag"),
+    "manifest-absolute-path": (no_key(manifest_line("/etc/passwd")), "bag.manifest-sha256",
+                               "absolute"),
+    "symlink-in-data": (no_key(symlink_in_data), "bag.layout", "symbolic links"),
+    # signature and signer
+    "resigned-other-key": (other_signer(), "signature.signer-trusted", "not by the trusted key"),
+    "logit-edited-resigned-other-key": (other_signer(lambda b: (
+        edit_parquet(b, "audit", logit_edit), update_stage_hashes(b))),
+        "signature.signer-trusted", "re-signed by someone else"),
+    "signature-bytes-flipped": (no_key(lambda b: envelope_edit(b, swap_two_signature_bytes)),
+                                "signature.valid", "does not verify"),
+    "payload-type-changed": (no_key(lambda b: envelope_edit(
+        b, lambda e: e.update(payloadType="application/json"))), "signature.envelope",
+        "payloadType"),
+    "subject-digest-edited": (statement_edit(
+        lambda s: s["subject"][0]["digest"].update(sha256="0" * 64)), "signature.valid",
+        "does not verify"),
+    "keyid-changed": (no_key(lambda b: envelope_edit(
+        b, lambda e: e["signatures"][0].update(keyid="ab" * 32))), "signature.valid", "keyid"),
+    "two-signatures": (no_key(lambda b: envelope_edit(
+        b, lambda e: e["signatures"].append(dict(e["signatures"][0])))), "signature.envelope",
+        "exactly one"),
+    "signer-pub-replaced": (no_key(lambda b: ((b / layout.SIGNER_PUB).write_bytes(
+        __import__("bundle.keys", fromlist=["x"]).public_key_pem(Ed25519PrivateKey.generate())),
+        fix_tagmanifest(b))), "signature.valid", "keyid"),
+    "bag-info-signer-edited": (no_key(lambda b: set_bag_info(
+        b, layout.INFO_SIGNER_FINGERPRINT, "cd" * 32)), "signature.valid", "bag-info.txt"),
+    "unsigned": (unsigned, "signature.envelope", "unsigned"),
+    "predicate-claim-edited": (statement_edit(
+        lambda s: s["predicate"]["temperature"].update(temperature=1.2345), key="real"),
+        "predicate.claims", "predicate.temperature.temperature"),
+    "predicate-schema-pin-edited": (statement_edit(
+        lambda s: s["predicate"]["schemas"]["data/metrics.json"].update(sha256="0" * 64),
+        key="real"), "predicate.claims", "other schemas"),
+    # JSON syntax and schema (the attacker holds the key)
+    "duplicate-key": (with_key(raw_json(layout.TEMPERATURE_JSON, b'{"beta":',
+                                        b'{"beta":1.0,"beta":')), "json.temperature",
+                      "duplicate key"),
+    "nan-number": (with_key(raw_json(layout.METRICS_JSON, b'"beta":', b'"beta":NaN,"x":')),
+                   "json.metrics", "NaN"),
+    "infinity-number": (with_key(raw_json(layout.TRAJECTORY_JSON, b'"beta_max":',
+                                          b'"beta_max":Infinity,"y":')), "json.trajectory",
+                        "Infinity"),
+    "overflow-number": (with_key(raw_json(layout.TRAJECTORY_JSON, b'"beta_max":',
+                                          b'"beta_max":1e999,"y":')), "json.trajectory",
+                        "overflows"),
+    "value-outside-schema": (with_key(edit(layout.TEMPERATURE_JSON,
+                                           lambda t: t.update(pool="audit"))),
+                             "json.temperature", "schema"),
+    "not-canonical": (with_key(lambda b: (b / layout.POOLS_JSON).write_bytes(
+        __import__("json").dumps(loads_strict((b / layout.POOLS_JSON).read_bytes()),
+                                 indent=1).encode())), "json.pools", "not canonical"),
+    # recomputation catches what the key holder changed
+    "prob-edited": (with_key(lambda b: edit_parquet(b, "audit", prob_edit)),
+                    "predictions.audit.probabilities", "softmax"),
+    "logit-edited-real-key": (with_key(lambda b: edit_parquet(b, "audit", logit_edit)),
+                              "metrics.audit.raw", "metrics differ from the logits"),
+    "calibration-logit-edited": (with_key(lambda b: edit_parquet(b, "calibration", logit_edit)),
+                                 "fit.trajectory", "recomputed from the logits"),
+    "metrics-edited": (with_key(edit(layout.METRICS_JSON, bump_metric(
+        ["pools", "audit", "calibrated", "ece"], 0.01))), "metrics.audit.calibrated",
+        "audit.calibrated.ece"),
+    "bin-count-edited": (with_key(edit(layout.METRICS_JSON, bump_metric(
+        ["pools", "audit", "raw", "bins", 9, "count"], 1))), "metrics.audit.raw", "count"),
+    "threshold-count-edited": (with_key(edit(layout.METRICS_JSON, bump_metric(
+        ["pools", "calibration", "raw", "threshold", "accepted"], 1))),
+        "metrics.calibration.raw", "accepted"),
+    "argmax-flag-flipped": (with_key(edit(layout.METRICS_JSON,
+                                          lambda m: m.update(argmax_unchanged=False))),
+                            "metrics.argmax", "argmax_unchanged"),
+    "temperature-not-optimal": (with_key(set_temperature(1.25), metrics=True), "fit.refit",
+                                "not the NLL minimiser"),
+    "nll-before-edited": (with_key(edit(layout.TEMPERATURE_JSON, bump_metric(["nll_before"],
+                                                                             1e-6))),
+                          "fit.record", "nll_before"),
+    "trajectory-g-edited": (with_key(edit(layout.TRAJECTORY_JSON, first_nonboundary_step)),
+                            "fit.trajectory", "recomputed from the logits"),
+    "pool-membership-changed": (with_key(swap_pool_member), "pools.assignment", "wrong pool"),
+    "split-prefix-changed": (with_key(edit(layout.POOLS_JSON, add_prefix)), "pools.split-keys",
+                             "prefix"),
+    "rows-reordered": (with_key(lambda b: edit_parquet(b, "calibration", rows_reversed)),
+                       "predictions.calibration.rows", "pools.json lists"),
+    "batch-edited": (with_key(lambda b: edit_parquet(b, "audit", batch_edit)),
+                     "predictions.audit.batches", "batch order"),
+    "audit-names-other-temperature": (with_key(audit_names_other_temperature, stages=False),
+                                      "stages.audit-after-fit", "did not run on this temperature"),
+    "stages-reordered": (with_key(edit(layout.STAGES_JSON, reorder_stages), stages=False),
+                         "stages.records", "in that order"),
+    "protocol-replaced": (with_key(replace_protocol, stages=False), "protocol.hash",
+                          "names protocol"),
+    "profile-claimed-formal": (with_key(claim_formal), "resources.pins", "formal"),
+    "bag-info-protocol-edited": (no_key(lambda b: set_bag_info(
+        b, layout.INFO_PROTOCOL_SHA256, "ef" * 32)), "protocol.hash", "bag-info.txt"),
+    "bootstrap-interval-edited": (with_key(edit(layout.BOOTSTRAP_JSON, bump_metric(
+        ["differences", "nll", "lower"], -1e-4))), "bootstrap.intervals", "nll.lower"),
+    "bootstrap-verdict-edited": (with_key(edit(layout.BOOTSTRAP_JSON, lambda d: d[
+        "differences"]["nll"].update(verdict="decrease" if d["differences"]["nll"]["verdict"]
+                                     != "decrease" else "increase"))),
+        "bootstrap.intervals", "verdict"),
+    "bootstrap-seed-changed": (with_key(edit(layout.BOOTSTRAP_JSON, bump_metric(["seed"], 1))),
+                               "bootstrap.record", "seed"),
+    "stability-temperature-edited": (with_key(edit(layout.STABILITY_JSON, lambda d: d[
+        "sizes"][0].update(temperature=d["sizes"][0]["temperature"] * 1.01,
+                           beta=1 / (d["sizes"][0]["temperature"] * 1.01)))),
+        "stability.refit", "re-fit"),
+    "stability-file-removed": (no_key(lambda b: (b / layout.STABILITY_JSON).unlink()),
+                               "bag.payload-files", "data/stability.json"),
+    "payload-oxum-edited": (no_key(lambda b: set_bag_info(b, layout.INFO_PAYLOAD_OXUM, "1.10")),
+                            "bag.info", "Payload-Oxum"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TAMPERS))
+def test_tamper_rejected(name: str, base: tuple[Path, Keys], tmp_path: Path) -> None:  # noqa: F811
+    src, keys = base
+    for prefix, path in (("bootstrap-", layout.BOOTSTRAP_JSON), ("stability-", layout.STABILITY_JSON)):
+        if name.startswith(prefix) and not (src / path).exists():
+            pytest.skip(f"this bundle's protocol has no {prefix[:-1]} section")
+    bag = copy_bag(src, tmp_path / "bag")
+    tamper, check_id, words = TAMPERS[name]
+    tamper(bag, keys)
+    outcome = verify_path(bag, Trust(key=keys.real.public_key(), source="real.pem"))
+    failed = {c.id: c.detail for c in outcome.checks if c.status == "fail"}
+    assert outcome.exit_code == EXIT_FAILED, failed
+    assert check_id in failed, (check_id, failed)
+    assert words in failed[check_id], failed[check_id]
+
+
+def test_tamper_classes_are_many() -> None:
+    assert len(TAMPERS) >= 30
+
+
+def test_untouched_base_verifies(base: tuple[Path, Keys]) -> None:  # noqa: F811
+    bag, keys = base
+    outcome = verify_path(bag, Trust(key=keys.real.public_key(), source="real.pem"))
+    assert outcome.exit_code == EXIT_OK, [c for c in outcome.checks if not c.ok]
+    assert verify_path(bag).exit_code == EXIT_UNTRUSTED
+
+
+def test_other_signer_without_trusted_key_is_not_established(base: tuple[Path, Keys],  # noqa: F811
+                                                            tmp_path: Path) -> None:
+    """Re-signed by someone else and no key pinned: intact, but exit 3, never 0."""
+    src, keys = base
+    bag = copy_bag(src, tmp_path / "bag")
+    reseal(bag, keys.other)
+    outcome = verify_path(bag)
+    assert outcome.exit_code == EXIT_UNTRUSTED
+    skipped = [c for c in outcome.checks if c.status == "skip"]
+    assert [c.id for c in skipped] == ["signature.signer-trusted"]
+    assert "not established" in skipped[0].detail

@@ -1,0 +1,86 @@
+"""`python -m verify BUNDLE [--trusted-key PUB.pem | --trusted-fingerprint HEX] [--json REPORT]`.
+
+Exit codes: 0 verified with a trusted signer; 1 a check failed; 2 usage or unreadable input;
+3 every check passed but no trusted key was given (integrity holds, signer not established)."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+from pathlib import Path
+
+from verify import report, signature
+from verify.api import verify_path
+from verify.checks import Trust
+from verify.result import EXIT_UNREADABLE, InputError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        print(f"verify: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_UNREADABLE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m verify",
+                description="Verify a calibration bundle without torch: BagIt structure and "
+                            "hashes, DSSE signature and signer, schemas, and every figure "
+                            "recomputed from the stored logits.",
+                epilog="exit codes: 0 verified with a trusted signer; 1 a check failed; 2 usage "
+                       "or unreadable input; 3 every check passed but no trusted key was given")
+    p.add_argument("bundle", type=Path, help="the bag folder or the bundle .tar.gz archive")
+    trust = p.add_mutually_exclusive_group()
+    trust.add_argument("--trusted-key", metavar="PUB.pem",
+                       help="the signer's Ed25519 public key (SubjectPublicKeyInfo PEM)")
+    trust.add_argument("--trusted-fingerprint", metavar="HEX",
+                       help="sha256 hex of the signer's raw 32-byte Ed25519 public key")
+    p.add_argument("--protocol", metavar="provenance.json", type=Path,
+                   help="also require data/protocol.json to be byte-identical to this "
+                        "pre-registered protocol")
+    p.add_argument("--json", metavar="REPORT.json", type=Path,
+                   help="also write the report as JSON (verify/report.schema.json)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if not args.bundle.exists() and not args.bundle.is_symlink():
+            raise InputError(f"{args.bundle} does not exist; pass a bag folder or a bundle "
+                             ".tar.gz.")
+        if args.bundle.is_symlink():
+            raise InputError(f"{args.bundle} is a symbolic link; pass the bag folder or archive "
+                             "itself.")
+        trust = Trust()
+        if args.trusted_key:
+            trust = Trust(key=signature.load_trusted_key(args.trusted_key),
+                          source=args.trusted_key)
+        elif args.trusted_fingerprint:
+            trust = Trust(fingerprint=signature.parse_fingerprint(args.trusted_fingerprint),
+                          source="--trusted-fingerprint")
+        expected = None
+        if args.protocol is not None:
+            try:
+                expected = hashlib.sha256(args.protocol.read_bytes()).hexdigest()
+            except OSError as exc:
+                raise InputError(f"the protocol {args.protocol} cannot be read "
+                                 f"({exc.strerror}).") from exc
+        outcome = verify_path(args.bundle, trust, expected_protocol_sha256=expected)
+    except InputError as exc:
+        print(f"verify: {exc}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    sys.stdout.write(report.table(outcome))
+    if args.json is not None:
+        try:
+            args.json.write_text(report.dumps_report(outcome), encoding="utf-8")
+        except OSError as exc:
+            print(f"verify: cannot write the JSON report {args.json} ({exc.strerror}); choose "
+                  "another path.", file=sys.stderr)
+            return EXIT_UNREADABLE
+    return outcome.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

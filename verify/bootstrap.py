@@ -1,0 +1,124 @@
+"""The paired bootstrap of the calibration effect (data/bootstrap.json) recomputed: the resample
+matrix from the protocol's seed, every resample scored raw and calibrated from the logits, the
+quantile interval and the verdict.
+
+Resamples are scored through draw counts: W[b, i] = how often row i was drawn in resample b, so a
+metric that is a mean over drawn rows is W @ per-row values / n, and the ECE of a resample is
+sum over bins |sum of W * correct - sum of W * confidence| / n over the rows in that bin."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from verify import numerics
+from verify.numerics import F64, I64
+from verify.result import Failed
+
+TOL = 1e-9
+
+
+def resample_indices(seed: int, resamples: int, n: int) -> NDArray[np.int64]:
+    return np.random.Generator(np.random.PCG64(seed)).integers(0, n, size=(resamples, n))
+
+
+def indices_sha256(indices: NDArray[np.int64]) -> str:
+    return hashlib.sha256(np.ascontiguousarray(indices, dtype="<i8").tobytes()).hexdigest()
+
+
+def draw_counts(indices: NDArray[np.int64], n: int) -> F64:
+    r = indices.shape[0]
+    flat = (indices + (np.arange(r, dtype=np.int64) * n)[:, None]).ravel()
+    return np.bincount(flat, minlength=r * n).reshape(r, n).astype(np.float64)
+
+
+def resampled_metrics(z: F64, y: I64, beta: float, counts: F64) -> dict[str, F64]:
+    """nll, brier and ece of every resample (rows of `counts`) at inverse temperature beta."""
+    n = len(y)
+    rows = np.arange(n)
+    lp = numerics.log_probs(z, beta)
+    p = np.exp(lp)
+    onehot = np.zeros_like(p)
+    onehot[rows, y] = 1.0
+    conf = p.max(axis=1)
+    correct = (numerics.first_argmax(z) == y).astype(np.float64)
+    bins = numerics.bin_index(conf)
+    if (bins < 0).any():
+        raise ValueError("a confidence fell outside [0, 1]")
+    member = np.zeros((n, numerics.N_BINS))
+    member[rows, bins] = 1.0
+    gap = counts @ (member * (correct - conf)[:, None])
+    return {
+        "nll": counts @ (-lp[rows, y]) / n,
+        "brier": counts @ ((p - onehot) ** 2).sum(axis=1) / n,
+        "ece": np.abs(gap).sum(axis=1) / n,
+    }
+
+
+def verdict(lower: float, upper: float) -> str:
+    if upper < 0:
+        return "decrease"
+    if lower > 0:
+        return "increase"
+    return "no claim"
+
+
+def check_record(doc: dict[str, Any], protocol: dict[str, Any], audit_n: int, beta: float,
+                 shas: dict[str, str]) -> str:
+    spec = protocol["bootstrap"]
+    problems = []
+    for key, want in (("pool", spec["pool"]), ("n", audit_n), ("beta", beta),
+                      ("resamples", spec["resamples"]), ("seed", spec["seed"]),
+                      ("predictions_sha256", shas["predictions"]),
+                      ("temperature_sha256", shas["temperature"]),
+                      ("metrics_sha256", shas["metrics"])):
+        if doc[key] != want:
+            problems.append(f"{key} is {str(doc[key])[:20]!r}, expected {str(want)[:20]!r}")
+    interval = spec["interval"]
+    if (doc["interval"]["quantiles"] != interval["quantiles"]
+            or doc["interval"]["level"] != interval["level"]
+            or doc["interval"]["method"] != interval["method"]):
+        problems.append(f"interval {doc['interval']}, the protocol fixes {interval['quantiles']} "
+                        f"{interval['method']}")
+    if sorted(doc["differences"]) != sorted(spec["metrics"]):
+        problems.append(f"metrics {sorted(doc['differences'])}, the protocol names "
+                        f"{sorted(spec['metrics'])}")
+    if problems:
+        raise Failed("bootstrap.json: " + "; ".join(problems) + ".")
+    return (f"{doc['resamples']} resamples of the {audit_n} audit rows, seed {doc['seed']}, "
+            "at this temperature and these predictions")
+
+
+def check_differences(doc: dict[str, Any], z: F64, y: I64) -> str:
+    n = len(y)
+    indices = resample_indices(doc["seed"], doc["resamples"], n)
+    digest = indices_sha256(indices)
+    if digest != doc["indices_sha256"]:
+        raise Failed(f"indices_sha256 is {doc['indices_sha256'][:16]}…, the protocol's generator "
+                     f"gives {digest[:16]}….")
+    counts = draw_counts(indices, n)
+    raw = resampled_metrics(z, y, 1.0, counts)
+    cal = resampled_metrics(z, y, doc["beta"], counts)
+    whole_raw = numerics.metric_set(z, y, 1.0, 0.9)
+    whole_cal = numerics.metric_set(z, y, doc["beta"], 0.9)
+    q = doc["interval"]["quantiles"]
+    problems = []
+    for metric, found in doc["differences"].items():
+        diff = cal[metric] - raw[metric]
+        lower, upper = (float(v) for v in np.quantile(diff, q, method="linear"))
+        point = whole_cal[metric] - whole_raw[metric]
+        for key, want in (("point", point), ("lower", lower), ("upper", upper)):
+            if not abs(found[key] - want) <= TOL:
+                problems.append(f"{metric}.{key}: bundle {found[key]!r}, recomputed {want!r}")
+        if found["verdict"] != verdict(found["lower"], found["upper"]):
+            problems.append(f"{metric}.verdict is {found['verdict']!r} for the interval "
+                            f"[{found['lower']!r}, {found['upper']!r}], the rule gives "
+                            f"{verdict(found['lower'], found['upper'])!r}")
+    if problems:
+        raise Failed("bootstrap differs from the logits: " + "; ".join(problems[:3]) + ".")
+    summary = ", ".join(f"{m} {f['point']:+.4f} [{f['lower']:+.4f}, {f['upper']:+.4f}] "
+                        f"{f['verdict']}" for m, f in doc["differences"].items())
+    return f"resample matrix and every interval recomputed within {TOL:g}: {summary}"

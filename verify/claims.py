@@ -1,0 +1,83 @@
+"""The signed predicate restates the payload: recompute each claim from the payload files and the
+verifier's own schemas, and compare."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from bundle import layout
+from verify import schemacheck
+from verify.result import Failed
+
+if TYPE_CHECKING:
+    from verify.checks import Context
+
+HEADLINE = ("accuracy", "nll", "brier", "ece", "mce")
+
+
+def expected_predicate(ctx: Context) -> dict[str, Any]:
+    resources = ctx.doc(layout.RESOURCES_JSON)
+    temperature = ctx.doc(layout.TEMPERATURE_JSON)
+    audit = ctx.doc(layout.METRICS_JSON)["pools"]["audit"]
+    return {
+        "protocol_sha256": ctx.sha(layout.PROTOCOL_JSON),
+        "profile": resources["profile"],
+        "resources": {
+            part: {
+                "repo_id": resources[part]["repo_id"],
+                "revision": resources[part]["revision"],
+                "source": resources[part]["source"],
+                "files": [{"path": f["path"], "sha256": f["sha256"],
+                           "pinned_sha256": f["pinned_sha256"], "pin": f["pin"],
+                           "matches_pin": f["matches_pin"]} for f in resources[part]["files"]],
+            } for part in ("model", "dataset")
+        },
+        "temperature": {
+            "temperature": temperature["temperature"],
+            "beta": temperature["beta"],
+            "boundary": temperature["boundary"],
+            "sha256": ctx.sha(layout.TEMPERATURE_JSON),
+        },
+        "audit": {
+            "n": audit["raw"]["n"],
+            "raw": {k: audit["raw"][k] for k in HEADLINE},
+            "calibrated": {k: audit["calibrated"][k] for k in HEADLINE},
+        },
+        "schemas": {path: {"id": schemacheck.schema_id(name),
+                           "sha256": schemacheck.schema_sha256(name)}
+                    for path, name in sorted(layout.PAYLOAD_SCHEMAS.items())
+                    if path in ctx.need(ctx.tree, "the bag").files},
+        "signer_fingerprint": ctx.need(ctx.signer_fingerprint, "the signer"),
+    }
+
+
+def _diff(found: Any, expected: Any, where: str, out: list[str]) -> None:
+    if isinstance(expected, dict) and isinstance(found, dict):
+        for key in sorted(set(found) | set(expected)):
+            if key not in found:
+                out.append(f"{where}.{key} is missing")
+            elif key not in expected:
+                out.append(f"{where}.{key} is not a payload fact")
+            else:
+                _diff(found[key], expected[key], f"{where}.{key}", out)
+    elif isinstance(expected, list) and isinstance(found, list) and len(found) == len(expected):
+        for i, (f, e) in enumerate(zip(found, expected)):
+            _diff(f, e, f"{where}[{i}]", out)
+    elif type(found) is not type(expected) or found != expected:
+        out.append(f"{where}: signed {str(found)[:40]!r}, payload {str(expected)[:40]!r}")
+
+
+def check(predicate: dict[str, Any], ctx: Context) -> str:
+    expected = expected_predicate(ctx)
+    diffs: list[str] = []
+    _diff(predicate, expected, "predicate", diffs)
+    schema_diffs = [d for d in diffs if d.startswith("predicate.schemas")]
+    if schema_diffs:
+        raise Failed(f"the bundle was written against other schemas than the verifier's: "
+                     f"{schema_diffs[0]}; use the verifier release that matches the bundle.")
+    if diffs:
+        more = f" (+{len(diffs) - 2} more)" if len(diffs) > 2 else ""
+        raise Failed("the signed predicate does not restate the payload: "
+                     + "; ".join(diffs[:2]) + more + ".")
+    return ("protocol, profile, resource pins, temperature, audit headline, schema pins and "
+            "signer all equal the payload and the verifier's schemas")

@@ -1,0 +1,159 @@
+"""Probabilities and metrics recomputed from float32 logits in float64 (provenance.json "metrics").
+
+Written from the protocol text alone: log-probabilities by an explicit logsumexp, the reliability
+table by explicit comparisons with the edges k/10, everything in float64."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+F64 = NDArray[np.float64]
+I64 = NDArray[np.int64]
+
+N_BINS = 10
+
+
+def log_probs(z: F64, beta: float) -> F64:
+    """log softmax(beta * z) row by row, with the row maximum subtracted before exp."""
+    s = z * beta
+    top = s.max(axis=1, keepdims=True)
+    lse = top + np.log(np.exp(s - top).sum(axis=1, keepdims=True))
+    return np.asarray(s - lse, dtype=np.float64)
+
+
+def probabilities(z: F64, beta: float) -> F64:
+    return np.asarray(np.exp(log_probs(z, beta)), dtype=np.float64)
+
+
+def first_argmax(z: F64) -> I64:
+    """The first index of the row maximum (np.argmax returns the first occurrence)."""
+    return np.asarray(np.argmax(z, axis=1), dtype=np.int64)
+
+
+def mean_nll(z: F64, y: I64, beta: float) -> float:
+    lp = log_probs(z, beta)
+    return float(-lp[np.arange(len(y)), y].mean())
+
+
+def gradient(z: F64, y: I64, beta: float) -> float:
+    """g(beta) = d/dbeta mean NLL = mean_i (E_p[z_i] - z_i,y)."""
+    p = probabilities(z, beta)
+    return float(((p * z).sum(axis=1) - z[np.arange(len(y)), y]).mean())
+
+
+def gradients(z: F64, y: I64, betas: F64) -> F64:
+    """g at many betas at once (for checking a trajectory)."""
+    s = betas[:, None, None] * z[None, :, :]
+    top = s.max(axis=2, keepdims=True)
+    e = np.exp(s - top)
+    p = e / e.sum(axis=2, keepdims=True)
+    expected = (p * z[None, :, :]).sum(axis=2)
+    return np.asarray((expected - z[np.arange(len(y)), y][None, :]).mean(axis=1), dtype=np.float64)
+
+
+def curvature(z: F64, beta: float) -> float:
+    """g'(beta) = mean_i Var_p(z_i) >= 0."""
+    p = probabilities(z, beta)
+    mean = (p * z).sum(axis=1, keepdims=True)
+    return float((p * (z - mean) ** 2).sum(axis=1).mean())
+
+
+def bin_edges() -> list[float]:
+    return [k / N_BINS for k in range(N_BINS + 1)]
+
+
+def bin_index(conf: F64) -> NDArray[np.intp]:
+    """Bin of each confidence: edges[b] <= c < edges[b+1], c = 1.0 in the last bin; explicit
+    comparisons with the edges k/10. -1 marks a confidence outside [0, 1]."""
+    edges = bin_edges()
+    out = np.full(len(conf), -1, dtype=np.intp)
+    for b in range(N_BINS):
+        if b == N_BINS - 1:
+            inside = (conf >= edges[b]) & (conf <= edges[b + 1])
+        else:
+            inside = (conf >= edges[b]) & (conf < edges[b + 1])
+        out[inside] = b
+    return out
+
+
+def metric_set(z: F64, y: I64, beta: float, threshold: float) -> dict[str, Any]:
+    """The metrics.json `M` object for logits z, labels y and inverse temperature beta."""
+    n = len(y)
+    rows = np.arange(n)
+    lp = log_probs(z, beta)
+    p = np.exp(lp)
+    pred = first_argmax(z)
+    correct_mask = pred == y
+    conf = p.max(axis=1)
+    onehot = np.zeros_like(p)
+    onehot[rows, y] = 1.0
+    edges = bin_edges()
+    bins: list[dict[str, Any]] = []
+    ece = 0.0
+    gaps: list[float] = []
+    placed = 0
+    for b in range(N_BINS):
+        lower, upper = edges[b], edges[b + 1]
+        if b == N_BINS - 1:
+            inside = (conf >= lower) & (conf <= upper)
+        else:
+            inside = (conf >= lower) & (conf < upper)
+        count = int(inside.sum())
+        placed += count
+        if count:
+            acc = float(correct_mask[inside].sum()) / count
+            mean_conf = float(conf[inside].sum()) / count
+            gap = abs(acc - mean_conf)
+            ece += (count / n) * gap
+            gaps.append(gap)
+            bins.append({"lower": lower, "upper": upper, "count": count, "accuracy": acc,
+                         "mean_confidence": mean_conf})
+        else:
+            bins.append({"lower": lower, "upper": upper, "count": 0, "accuracy": None,
+                         "mean_confidence": None})
+    if placed != n:
+        raise ValueError(f"{n - placed} confidences fell outside [0, 1]")
+    accepted = conf >= threshold
+    return {
+        "n": n,
+        "correct": int(correct_mask.sum()),
+        "accuracy": float(correct_mask.sum()) / n,
+        "mean_confidence": float(conf.sum()) / n,
+        "nll": float(-lp[rows, y].sum()) / n,
+        "brier": float(((p - onehot) ** 2).sum()) / n,
+        "ece": ece,
+        "mce": max(gaps) if gaps else 0.0,
+        "bins": bins,
+        "threshold": {"value": threshold, "accepted": int(accepted.sum()),
+                      "wrong_accepted": int((accepted & ~correct_mask).sum())},
+    }
+
+
+def compare(found: Any, expected: Any, where: str, tol: float, out: list[str]) -> None:
+    """Append 'where: bundle X, recomputed Y' for every leaf that differs (floats within tol)."""
+    if isinstance(expected, dict):
+        if not isinstance(found, dict) or set(found) != set(expected):
+            out.append(f"{where}: keys {sorted(found) if isinstance(found, dict) else found!r}, "
+                       f"expected {sorted(expected)}")
+            return
+        for key in expected:
+            compare(found[key], expected[key], f"{where}.{key}", tol, out)
+    elif isinstance(expected, list):
+        if not isinstance(found, list) or len(found) != len(expected):
+            out.append(f"{where}: {len(found) if isinstance(found, list) else found!r} entries, "
+                       f"expected {len(expected)}")
+            return
+        for i, (f, e) in enumerate(zip(found, expected)):
+            compare(f, e, f"{where}[{i}]", tol, out)
+    elif isinstance(expected, float):
+        if isinstance(found, bool) or not isinstance(found, (int, float)) or not (
+                abs(found - expected) <= tol):
+            out.append(f"{where}: bundle {found!r}, recomputed {expected!r}")
+    elif expected is None or isinstance(expected, (bool, int, str)):
+        if type(found) is not type(expected) or found != expected:
+            out.append(f"{where}: bundle {found!r}, recomputed {expected!r}")
+    else:  # pragma: no cover - programming error
+        raise TypeError(type(expected))

@@ -1,0 +1,140 @@
+"""The predictions Parquet files: exact columns, rows in pool order, stored probabilities and
+predictions recomputed from the float32 logits, batches following the protocol's batch order."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+from verify import numerics
+from verify.numerics import F64, I64
+from verify.result import Failed
+
+
+@dataclass(frozen=True)
+class PoolData:
+    """One pool's predictions, as float64 logits and int64 labels."""
+
+    name: str
+    idx: list[int]
+    split_key: list[str]
+    text_sha256: list[str]
+    z32: np.ndarray
+    z: F64
+    y: I64
+    prob: F64
+    pred: I64
+    token_count: np.ndarray
+    truncated: np.ndarray
+    batch: np.ndarray
+
+
+def expected_schema(k: int) -> pa.Schema:
+    fields = [("idx", pa.int32()), ("split_key", pa.string()), ("text_sha256", pa.string()),
+              ("label", pa.int64())]
+    fields += [(f"logit_{i}", pa.float32()) for i in range(k)]
+    fields += [(f"prob_{i}", pa.float64()) for i in range(k)]
+    fields += [("pred", pa.int64()), ("token_count", pa.int32()), ("truncated", pa.bool_()),
+               ("batch", pa.int32())]
+    return pa.schema(fields)
+
+
+def read_pool(name: str, data: bytes, k: int) -> PoolData:
+    path = f"data/predictions/{name}.parquet"
+    try:
+        table = pq.read_table(io.BytesIO(data))
+    except Exception as exc:  # pyarrow raises many types for corrupt files
+        raise Failed(f"{path} cannot be read as Parquet ({type(exc).__name__}: "
+                     f"{str(exc)[:200]}).") from exc
+    want = expected_schema(k)
+    got = [(f.name, str(f.type)) for f in table.schema]
+    expected = [(f.name, str(f.type)) for f in want]
+    if got != expected:
+        diff = [f"{g} != {e}" for g, e in zip(got, expected) if g != e]
+        raise Failed(f"{path} has columns {len(got)} columns, expected {len(expected)} in the "
+                     f"format's order and types; first differences: {diff[:3] or 'count'}.")
+    for column in table.column_names:
+        if table.column(column).null_count:
+            raise Failed(f"{path} column {column!r} holds nulls.")
+    z32 = np.stack([table.column(f"logit_{i}").to_numpy() for i in range(k)], axis=1)
+    if not np.isfinite(z32).all():
+        raise Failed(f"{path} holds a logit that is NaN or infinite.")
+    y = table.column("label").to_numpy().astype(np.int64)
+    if len(y) and (y.min() < 0 or y.max() >= k):
+        raise Failed(f"{path} holds labels outside 0..{k - 1}.")
+    return PoolData(
+        name=name,
+        idx=table.column("idx").to_pylist(),
+        split_key=table.column("split_key").to_pylist(),
+        text_sha256=table.column("text_sha256").to_pylist(),
+        z32=z32,
+        z=z32.astype(np.float64),
+        y=y,
+        prob=np.stack([table.column(f"prob_{i}").to_numpy() for i in range(k)], axis=1),
+        pred=table.column("pred").to_numpy().astype(np.int64),
+        token_count=table.column("token_count").to_numpy(),
+        truncated=table.column("truncated").to_numpy(zero_copy_only=False),
+        batch=table.column("batch").to_numpy(),
+    )
+
+
+def check_rows(pool: PoolData, entries: list[dict[str, Any]]) -> str:
+    path = f"data/predictions/{pool.name}.parquet"
+    if len(pool.idx) != len(entries):
+        raise Failed(f"{path} has {len(pool.idx)} rows, pools.json lists {len(entries)} for "
+                     f"{pool.name!r}.")
+    for i, entry in enumerate(entries):
+        row = (pool.idx[i], pool.split_key[i], pool.text_sha256[i])
+        want = (entry["idx"], entry["split_key"], entry["text_sha256"])
+        if row != want:
+            raise Failed(f"{path} row {i} is (idx {row[0]}, key {row[1][:12]}…, text "
+                         f"{row[2][:12]}…), pools.json lists (idx {want[0]}, key {want[1][:12]}…, "
+                         f"text {want[2][:12]}…).")
+    return f"{len(entries)} rows in pool order, ids and text hashes equal pools.json"
+
+
+def check_probabilities(pool: PoolData, tol: float) -> str:
+    path = f"data/predictions/{pool.name}.parquet"
+    p = numerics.probabilities(pool.z, 1.0)
+    err = np.abs(p - pool.prob)
+    if not (err <= tol).all():
+        row, col = np.unravel_index(int(np.argmax(np.where(np.isnan(err), np.inf, err))),
+                                    err.shape)
+        raise Failed(f"{path} row {row} prob_{col} is {pool.prob[row, col]!r}, softmax of the "
+                     f"logits gives {p[row, col]!r}.")
+    pred = numerics.first_argmax(pool.z)
+    bad = np.nonzero(pred != pool.pred)[0]
+    if len(bad):
+        raise Failed(f"{path} row {bad[0]} pred is {pool.pred[bad[0]]}, the first argmax of the "
+                     f"logits is {pred[bad[0]]}.")
+    return f"probabilities within {tol:g} of softmax(logits) in float64; pred = first argmax"
+
+
+def check_batches(pool: PoolData, inference: dict[str, Any]) -> str:
+    """Batches: rows sorted by token count descending, ties by split key ascending, then
+    consecutive batches of batch_size; truncation only at max_length."""
+    path = f"data/predictions/{pool.name}.parquet"
+    size, max_length = inference["batch_size"], inference["max_length"]
+    if len(pool.token_count) and (pool.token_count.min() < 1
+                                  or pool.token_count.max() > max_length):
+        raise Failed(f"{path} token counts span {pool.token_count.min()}.."
+                     f"{pool.token_count.max()}, outside 1..{max_length}.")
+    wrong_trunc = np.nonzero(pool.truncated & (pool.token_count != max_length))[0]
+    if len(wrong_trunc):
+        raise Failed(f"{path} row {wrong_trunc[0]} is marked truncated with "
+                     f"{pool.token_count[wrong_trunc[0]]} tokens, not max_length {max_length}.")
+    order = sorted(range(len(pool.idx)),
+                   key=lambda i: (-int(pool.token_count[i]), pool.split_key[i]))
+    expected = np.empty(len(order), dtype=np.int64)
+    for position, row in enumerate(order):
+        expected[row] = position // size
+    bad = np.nonzero(expected != pool.batch)[0]
+    if len(bad):
+        raise Failed(f"{path} row {bad[0]} is in batch {pool.batch[bad[0]]}, the protocol's batch "
+                     f"order puts it in batch {expected[bad[0]]}.")
+    return f"{int(expected.max()) + 1 if len(expected) else 0} batches of {size} in protocol order"

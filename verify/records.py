@@ -1,0 +1,132 @@
+"""Cross-checks between the payload records: one protocol everywhere, resources against the
+protocol's pins, stage records against the files, and the audit stage after the fit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from verify.bag import safe_bag_path
+from verify.result import Failed
+
+STAGE_ORDER = ["split", "calibration-inference", "fit", "audit-inference", "metrics"]
+
+
+def check_protocol_everywhere(protocol_sha: str, named: dict[str, str]) -> str:
+    """`named` maps a place (record, field) to the protocol sha256 it names."""
+    wrong = {where: value for where, value in named.items() if value != protocol_sha}
+    if wrong:
+        where, value = next(iter(wrong.items()))
+        raise Failed(f"{where} names protocol {str(value)[:16]}…, but data/protocol.json hashes to "
+                     f"{protocol_sha[:16]}… ({len(wrong)} place(s) disagree).")
+    return f"sha256 {protocol_sha[:16]}… named by all {len(named)} records"
+
+
+def check_resources(resources: dict[str, Any], protocol: dict[str, Any], bag_profile: str,
+                    pools_dataset_sha: str) -> str:
+    if resources["profile"] != bag_profile:
+        raise Failed(f"bag-info.txt says Profile {bag_profile!r}, resources.json says "
+                     f"{resources['profile']!r}.")
+    formal_problems = []
+    for kind in ("model", "dataset"):
+        used, pinned = resources[kind], protocol["resources"][kind]
+        if used["repo_id"] != pinned["repo_id"] or used["repo_type"] != pinned["repo_type"]:
+            formal_problems.append(f"{kind} is {used['repo_id']!r}, the protocol pins "
+                                   f"{pinned['repo_id']!r}")
+        if used["revision"] != pinned["revision"]:
+            formal_problems.append(f"{kind} revision {used['revision'][:12]} is not the pinned "
+                                   f"{pinned['revision'][:12]}")
+        pins = {f["path"]: f for f in pinned["files"]}
+        files = {f["path"]: f for f in used["files"]}
+        if len(files) != len(used["files"]):
+            raise Failed(f"resources.json lists a {kind} file twice.")
+        same_repo = (used["repo_id"] == pinned["repo_id"]
+                     and used["revision"] == pinned["revision"])
+        for path, f in files.items():
+            pin = pins.get(path) if same_repo else None
+            if pin is not None and pin["sha256"] is not None and (
+                    f["pin"] != "protocol" or f["pinned_sha256"] != pin["sha256"]):
+                raise Failed(f"resources.json {kind} file {path!r} records pin {f['pin']!r} "
+                             f"{str(f['pinned_sha256'])[:16]}…, the protocol pins "
+                             f"{pin['sha256'][:16]}….")
+            if f["pinned_sha256"] is not None and f["matches_pin"] != (
+                    f["sha256"] == f["pinned_sha256"]):
+                raise Failed(f"resources.json {kind} file {path!r} says matches_pin "
+                             f"{f['matches_pin']}, but sha256 {f['sha256'][:16]}… vs pin "
+                             f"{f['pinned_sha256'][:16]}… says otherwise.")
+            if f["pinned_sha256"] is None and f["matches_pin"]:
+                raise Failed(f"resources.json {kind} file {path!r} matches_pin is true without a "
+                             "pin.")
+        for path, pin in pins.items():
+            f = files.get(path)
+            if f is None:
+                formal_problems.append(f"{kind} file {path!r} is not listed")
+            elif f["size"] != pin["size"] or (pin["sha256"] is not None
+                                              and f["sha256"] != pin["sha256"]):
+                formal_problems.append(f"{kind} file {path!r} differs from its pin")
+    dataset_hashes = {f["sha256"] for f in resources["dataset"]["files"]}
+    if pools_dataset_sha not in dataset_hashes:
+        raise Failed(f"pools.json names dataset {pools_dataset_sha[:16]}…, which is not a dataset "
+                     "file in resources.json.")
+    if resources["profile"] == "formal":
+        if formal_problems or resources["deviations"]:
+            why = formal_problems[0] if formal_problems else "deviations are listed"
+            raise Failed(f"the profile is 'formal' but {why}; a formal run uses exactly the "
+                         "protocol's pinned files.")
+        return "profile formal: every file is the protocol's pinned file at its revision"
+    if not resources["deviations"]:
+        raise Failed("the profile is 'other' but no deviation is given; each must be stated.")
+    return (f"profile other, {len(resources['deviations'])} deviation(s) stated; pins recorded "
+            "consistently")
+
+
+def check_stage_records(stages: dict[str, Any], payload_sha: Callable[[str], str | None]) -> str:
+    names = [s["name"] for s in stages["stages"]]
+    if names != STAGE_ORDER:
+        raise Failed(f"stages.json lists {names}, expected {STAGE_ORDER} in that order.")
+    checked = 0
+    for stage in stages["stages"]:
+        for role in ("consumed", "produced"):
+            for path, digest in stage[role].items():
+                safe_bag_path(path, f"stages.json {stage['name']} {role}")
+                if path == "stages.json":
+                    raise Failed(f"stage {stage['name']!r} lists stages.json, which cannot hash "
+                                 "itself.")
+                actual = payload_sha(f"data/{path}")
+                if actual is not None and actual != digest:
+                    raise Failed(f"stage {stage['name']!r} {role} {path} with sha256 "
+                                 f"{digest[:16]}…, the file in the bag hashes to {actual[:16]}….")
+                checked += actual is not None
+    return f"{len(names)} stages in order; {checked} recorded hashes equal the files"
+
+
+def check_audit_after_fit(stages: dict[str, Any], temperature_sha: str, audit_sha: str,
+                          calibration_sha: str) -> str:
+    by_name = {s["name"]: (i, s) for i, s in enumerate(stages["stages"])}
+    if "fit" not in by_name or "audit-inference" not in by_name:
+        raise Failed("stages.json lacks the fit or the audit-inference stage.")
+    fit_i, fit = by_name["fit"]
+    audit_i, audit = by_name["audit-inference"]
+    if fit["produced"].get("temperature.json") != temperature_sha:
+        raise Failed(f"the fit stage does not record producing temperature.json with sha256 "
+                     f"{temperature_sha[:16]}….")
+    if fit["consumed"].get("predictions/calibration.parquet") != calibration_sha:
+        raise Failed("the fit stage does not record consuming predictions/calibration.parquet "
+                     "as it is in the bag.")
+    named = audit["consumed"].get("temperature.json")
+    if named != temperature_sha:
+        raise Failed(f"the audit-inference stage consumed temperature.json "
+                     f"{str(named)[:16]}…, but the frozen temperature in the bag hashes to "
+                     f"{temperature_sha[:16]}…; the audit did not run on this temperature.")
+    if audit["produced"].get("predictions/audit.parquet") != audit_sha:
+        raise Failed("the audit-inference stage does not record producing "
+                     "predictions/audit.parquet as it is in the bag.")
+    if audit_i < fit_i:
+        raise Failed("the audit-inference stage ran before the fit stage.")
+    for stage in stages["stages"][:audit_i]:
+        for role in ("consumed", "produced"):
+            if "predictions/audit.parquet" in stage[role]:
+                raise Failed(f"stage {stage['name']!r}, before audit-inference, {role} "
+                             "predictions/audit.parquet.")
+    return (f"fit produced temperature.json {temperature_sha[:12]}…, audit-inference consumed the "
+            "same file and ran after it; nothing touched the audit pool before")

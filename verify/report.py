@@ -1,0 +1,73 @@
+"""The human summary table (stdout) and the JSON report (verify/report.schema.json)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from verify import signature
+from verify.api import Outcome
+from verify.result import EXIT_FAILED, EXIT_OK, EXIT_UNTRUSTED
+
+REPORT_VERSION = 1
+
+VERDICTS = {
+    EXIT_OK: ("verified",
+              "VERIFIED: every check passed and the bundle is signed by the trusted key."),
+    EXIT_UNTRUSTED: ("intact-signer-unknown",
+                     ("INTEGRITY HOLDS, SIGNER NOT ESTABLISHED: every check passed, but no "
+                      "trusted key was given; pass --trusted-key PUB.pem or "
+                      "--trusted-fingerprint HEX.")),
+    EXIT_FAILED: ("failed",
+                  "REJECTED: at least one check failed; do not use this bundle's figures."),
+}
+
+
+def _printable(text: str) -> str:
+    """Escape control characters so that text from a bundle cannot drive the terminal."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
+def _trust(outcome: Outcome) -> dict[str, Any]:
+    t = outcome.trust
+    if t.key is not None:
+        return {"kind": "key", "source": t.source, "fingerprint": signature.fingerprint(t.key)}
+    if t.fingerprint is not None:
+        return {"kind": "fingerprint", "source": t.source, "fingerprint": t.fingerprint}
+    return {"kind": "none", "source": None, "fingerprint": None}
+
+
+def to_json(outcome: Outcome) -> dict[str, Any]:
+    counts = {s: sum(c.status == s for c in outcome.checks) for s in ("pass", "fail", "skip")}
+    verdict, message = VERDICTS[outcome.exit_code]
+    return {
+        "report_version": REPORT_VERSION,
+        "bundle": outcome.bundle,
+        "input": outcome.kind,
+        "trusted": _trust(outcome),
+        "signer_fingerprint": outcome.signer_fingerprint,
+        "verdict": verdict,
+        "message": message,
+        "exit_code": outcome.exit_code,
+        "counts": counts,
+        "seconds": round(outcome.seconds, 6),
+        "checks": [{"id": c.id, "title": c.title, "status": c.status, "detail": c.detail}
+                   for c in outcome.checks],
+    }
+
+
+def dumps_report(outcome: Outcome) -> str:
+    return json.dumps(to_json(outcome), indent=2, ensure_ascii=False) + "\n"
+
+
+def table(outcome: Outcome) -> str:
+    width = max(len(c.id) for c in outcome.checks) if outcome.checks else 10
+    lines = [f"Bundle: {_printable(outcome.bundle)} ({outcome.kind})", "",
+             f"{'STATUS':<6}  {'CHECK':<{width}}  DETAIL", f"{'-' * 6}  {'-' * width}  {'-' * 40}"]
+    for c in outcome.checks:
+        lines.append(f"{c.status.upper():<6}  {c.id:<{width}}  {_printable(c.detail)}")
+    counts = {s: sum(c.status == s for c in outcome.checks) for s in ("pass", "fail", "skip")}
+    summary = (f"{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped in "
+               f"{outcome.seconds:.3f} s")
+    lines += ["", summary, VERDICTS[outcome.exit_code][1]]
+    return "\n".join(lines) + "\n"
