@@ -21,6 +21,8 @@ from job.predictions import predictions_table, read_logits
 from job.protocol import Protocol
 from job.resources import Resources
 from job.split import Pool, make_pools
+from job.stability import stability_record
+from job.uncertainty import bootstrap_record
 
 CAL, AUDIT = "calibration", "audit"
 
@@ -160,6 +162,13 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
             stages.append(stage(protocol, "metrics",
                                 art.pick("temperature.json", f"predictions/{CAL}.parquet", f"predictions/{AUDIT}.parquet"),
                                 art.pick("metrics.json")))
+        # Pre-registered studies on the frozen artifacts: descriptive, never fed back into the fit.
+        if "bootstrap" in protocol.doc:
+            with clock.stage("bootstrap"):
+                art.write_json("bootstrap.json", bootstrap_record(protocol.doc, protocol.sha256, data_dir), "bootstrap")
+        if "stability" in protocol.doc:
+            with clock.stage("stability"):
+                art.write_json("stability.json", stability_record(protocol.doc, protocol.sha256, data_dir), "stability")
         art.write_json("stages.json", {"protocol_sha256": protocol.sha256, "stages": stages}, "stages")
     art.write_json("environment.json", environment_record(torch_info, clock, rss.mb), "environment")
     return metrics, fit

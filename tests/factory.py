@@ -67,6 +67,8 @@ def make_protocol(path: Path, sizes: tuple[int, int, int] = (8, 20, 20), labels:
     if labels is not None:
         doc["resources"]["dataset"]["labels"] = labels
     doc["inference"]["torch_threads"] = 1
+    if "stability" in doc:
+        doc["stability"]["sizes"] = [5, 10, sizes[1]]
     path.write_text(json.dumps(doc, indent=2))
     return path
 

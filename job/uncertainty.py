@@ -1,0 +1,159 @@
+"""Pre-registered paired bootstrap over the audit pool: calibrated-minus-raw NLL, Brier and ECE.
+
+The resamples are fixed by the protocol's `bootstrap` section and reproducible with numpy alone:
+
+    idx = numpy.random.Generator(numpy.random.PCG64(seed)).integers(0, n, size=(resamples, n))
+
+(int64; row b holds the audit-pool positions, in pool order, drawn for resample b). For each
+resample the same drawn rows are scored raw (beta = 1) and calibrated (beta of temperature.json),
+each metric exactly as job.metrics defines it over the drawn rows with repeats counted, and the
+statistic is calibrated minus raw. The interval is
+`numpy.quantile(differences, [q_lo, q_hi], method="linear")`.
+
+Vectorised: a (resamples x n) matrix of draw counts W (bincount over row-offset indices) turns
+every per-resample mean into one matrix product W @ x / n; ECE uses the identity
+ECE = (1/n) sum_b |sum_{i in b} w_i (correct_i - conf_i)|, so the per-bin signed sums are W @ D with
+D[i, b] = (correct_i - conf_i) [bin_i = b].
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from bundle.canonical import loads_strict
+from job.calibration import log_softmax
+from job.hashing import sha256_file
+from job.metrics import BINS, bin_index
+from job.predictions import read_logits
+
+F64 = NDArray[np.float64]
+METRICS = ("nll", "brier", "ece")
+POOL_REL = "predictions/audit.parquet"
+
+
+def bootstrap_indices(n: int, resamples: int, seed: int) -> NDArray[np.int64]:
+    """The protocol's resample matrix: Generator(PCG64(seed)).integers(0, n, size=(resamples, n))."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    return rng.integers(0, n, size=(resamples, n), dtype=np.int64)
+
+
+def indices_sha256(idx: NDArray[np.int64]) -> str:
+    """sha256 hex of the index matrix as little-endian int64, C order (a cheap RNG cross-check)."""
+    return hashlib.sha256(np.ascontiguousarray(idx, dtype="<i8").tobytes()).hexdigest()
+
+
+def draw_counts(idx: NDArray[np.int64], n: int) -> F64:
+    """W[b, i] = how often row i is drawn in resample b (float64, for BLAS products)."""
+    b = idx.shape[0]
+    flat = (idx + (np.arange(b, dtype=np.int64) * n)[:, None]).ravel()
+    return np.bincount(flat, minlength=b * n).reshape(b, n).astype(np.float64)
+
+
+def row_terms(logits: F64, labels: NDArray[np.int64], beta: float) -> dict[str, F64]:
+    """Per-row quantities whose weighted sums give each metric of softmax(beta * logits).
+
+    nll: -log p_y; brier: sum_k (p_k - 1[y=k])^2; ece: an (n, BINS) matrix holding
+    correct_i - conf_i in the column of row i's confidence bin. The predicted label is the first
+    argmax of the logits (as in job.metrics), so `correct` does not depend on beta.
+    """
+    n, k = logits.shape
+    rows = np.arange(n)
+    lp = log_softmax(beta * logits)
+    p = np.exp(lp)
+    pred = logits.argmax(axis=1)
+    conf = p[rows, pred]
+    onehot = np.zeros((n, k))
+    onehot[rows, labels] = 1.0
+    signed = np.zeros((n, BINS))
+    signed[rows, bin_index(conf)] = (pred == labels).astype(np.float64) - conf
+    return {"nll": -lp[rows, labels], "brier": ((p - onehot) ** 2).sum(axis=1), "ece": signed}
+
+
+def metric_values(terms: dict[str, F64], weights: F64) -> dict[str, F64]:
+    """Each metric for every weight row (weights: (B, n) draw counts summing to n per row)."""
+    n = weights.shape[1]
+    return {
+        "nll": weights @ terms["nll"] / n,
+        "brier": weights @ terms["brier"] / n,
+        "ece": np.abs(weights @ terms["ece"]).sum(axis=1) / n,
+    }
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    n: int
+    resamples: int
+    seed: int
+    indices_sha256: str
+    point: dict[str, float]  # calibrated - raw on the whole pool
+    differences: dict[str, F64]  # calibrated - raw per resample, shape (resamples,)
+    lower: dict[str, float]
+    upper: dict[str, float]
+
+
+def paired_bootstrap(logits: F64, labels: NDArray[np.int64], beta: float, *, resamples: int,
+                     seed: int, quantiles: tuple[float, float] = (0.025, 0.975)) -> Bootstrap:
+    """Paired percentile bootstrap of calibrated-minus-raw NLL, Brier and ECE."""
+    n = len(labels)
+    idx = bootstrap_indices(n, resamples, seed)
+    w = draw_counts(idx, n)
+    raw, cal = row_terms(logits, labels, 1.0), row_terms(logits, labels, beta)
+    full = np.ones((1, n))
+    d_point = {m: float(metric_values(cal, full)[m][0] - metric_values(raw, full)[m][0]) for m in METRICS}
+    v_raw, v_cal = metric_values(raw, w), metric_values(cal, w)
+    diffs = {m: v_cal[m] - v_raw[m] for m in METRICS}
+    lo, hi = {}, {}
+    for m in METRICS:
+        q = np.quantile(diffs[m], list(quantiles), method="linear")
+        lo[m], hi[m] = float(q[0]), float(q[1])
+    return Bootstrap(n=n, resamples=resamples, seed=seed, indices_sha256=indices_sha256(idx),
+                     point=d_point, differences=diffs, lower=lo, upper=hi)
+
+
+def verdict(lower: float, upper: float) -> str:
+    """'decrease' if the interval is wholly below 0, 'increase' if wholly above, else 'no claim'."""
+    if upper < 0:
+        return "decrease"
+    if lower > 0:
+        return "increase"
+    return "no claim"
+
+
+def bootstrap_record(protocol_doc: dict[str, Any], protocol_sha256: str, data_dir: Path) -> dict[str, Any]:
+    """data/bootstrap.json (schema bootstrap/v1) from data/temperature.json, data/metrics.json and
+    data/predictions/audit.parquet, under the protocol's `bootstrap` section."""
+    spec = protocol_doc["bootstrap"]
+    temperature = loads_strict((data_dir / "temperature.json").read_bytes(), source="temperature.json")
+    beta = float(temperature["beta"])
+    logits32, labels = read_logits(data_dir / POOL_REL)
+    quantiles = (float(spec["interval"]["quantiles"][0]), float(spec["interval"]["quantiles"][1]))
+    boot = paired_bootstrap(logits32.astype(np.float64), labels, beta,
+                            resamples=int(spec["resamples"]), seed=int(spec["seed"]), quantiles=quantiles)
+    wanted = [m for m in METRICS if m in spec["metrics"]]
+    return {
+        "protocol_sha256": protocol_sha256,
+        "pool": "audit",
+        "n": boot.n,
+        "predictions_sha256": sha256_file(data_dir / POOL_REL),
+        "temperature_sha256": sha256_file(data_dir / "temperature.json"),
+        "metrics_sha256": sha256_file(data_dir / "metrics.json"),
+        "beta": beta,
+        "resamples": boot.resamples,
+        "seed": boot.seed,
+        "rng": "numpy.random.Generator(numpy.random.PCG64(seed)).integers(0, n, size=(resamples, n))",
+        "indices_sha256": boot.indices_sha256,
+        "statistic": "calibrated minus raw",
+        "interval": {"level": float(spec["interval"]["level"]), "quantiles": list(quantiles),
+                     "method": "linear"},
+        "differences": {
+            m: {"point": boot.point[m], "lower": boot.lower[m], "upper": boot.upper[m],
+                "verdict": verdict(boot.lower[m], boot.upper[m])}
+            for m in wanted
+        },
+    }

@@ -1,0 +1,84 @@
+"""Figures (job/figures.py): deterministic PNG bytes, no metadata, independent of a user's rcParams."""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import pytest
+
+from job.figures import FIGURES, confidence_png, reliability_png, render_figures
+from job.metrics import compute_metrics
+from job.protocol import load_protocol
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tiny_world: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The payload the job writes (job.pipeline.execute, not sealed) for the tiny 2-class world."""
+    from job.pipeline import execute
+    from job.resources import resolve_local
+
+    protocol_path, lock = tiny_world
+    protocol = load_protocol(protocol_path)
+    data = tmp_path_factory.mktemp("fig") / "data"
+    execute(protocol, resolve_local(lock, protocol.resources), data, progress=False)
+    return data
+
+
+def chunks(png: bytes) -> list[bytes]:
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    out, pos = [], 8
+    while pos < len(png):
+        (length,) = struct.unpack(">I", png[pos:pos + 4])
+        out.append(png[pos + 4:pos + 8])
+        pos += 12 + length
+    return out
+
+
+def test_two_renders_are_byte_identical(tiny_data: Path):
+    a, b = render_figures(tiny_data), render_figures(tiny_data)
+    assert set(a) == set(FIGURES)
+    for path in FIGURES:
+        assert a[path] == b[path], path
+
+
+def test_no_metadata_text_or_time_in_the_png(tiny_data: Path):
+    for path, png in render_figures(tiny_data).items():
+        kinds = set(chunks(png))
+        assert not kinds & {b"tEXt", b"iTXt", b"zTXt", b"tIME"}, (path, kinds)
+        assert b"matplotlib" not in png.lower()
+
+
+def test_a_users_rcparams_change_nothing_and_are_restored(tiny_data: Path):
+    reference = render_figures(tiny_data)
+    with matplotlib.rc_context({"font.size": 23.0, "axes.facecolor": "#ffeeaa", "lines.linewidth": 4}):
+        again = render_figures(tiny_data)
+        assert matplotlib.rcParams["font.size"] == 23.0
+    assert again == reference
+
+
+def test_a_fresh_interpreter_renders_the_same_bytes(tiny_data: Path, tmp_path: Path):
+    code = ("import sys; from pathlib import Path; from job.figures import render_figures; "
+            "out = Path(sys.argv[2]); "
+            "[(out / p.replace('/', '_')).write_bytes(b) for p, b in render_figures(Path(sys.argv[1])).items()]")
+    env = {**os.environ, "PYTHONHASHSEED": "123", "MPLBACKEND": "svg"}
+    subprocess.run([sys.executable, "-c", code, str(tiny_data), str(tmp_path)], check=True, cwd=REPO,
+                   env=env, timeout=120)
+    for path, png in render_figures(tiny_data).items():
+        assert (tmp_path / path.replace("/", "_")).read_bytes() == png, path
+
+
+def test_k_classes_and_empty_bins_render():
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(30, 3)) * 5
+    y = rng.integers(0, 3, 30)
+    m = {"raw": compute_metrics(z, y, 1.0, 0.9), "calibrated": compute_metrics(z, y, 0.5, 0.9)}
+    assert reliability_png(m, 2.0) == reliability_png(m, 2.0)
+    assert confidence_png(z, 0.5)[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,165 @@
+"""data/report.md (job/report.py): generated from the payload's own files, with machine-checkable
+tables that parse back to exactly the JSON values under the documented formatting rule."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bundle.canonical import dumps
+from job.figures import render_figures
+from job.protocol import load_protocol
+from job.report import (
+    cell,
+    change,
+    check_report,
+    expected_tables,
+    extract_tables,
+    load_docs,
+    report_markdown,
+)
+from job.stability import stability_record
+from job.uncertainty import bootstrap_record
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tiny_world: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The payload the job writes (job.pipeline.execute, not sealed) for the tiny 2-class world."""
+    from job.pipeline import execute
+    from job.resources import resolve_local
+
+    protocol_path, lock = tiny_world
+    protocol = load_protocol(protocol_path)
+    data = tmp_path_factory.mktemp("rep") / "data"
+    execute(protocol, resolve_local(lock, protocol.resources), data, progress=False)
+    return data
+
+
+@pytest.fixture
+def base_data(tiny_data: Path, tmp_path: Path) -> Path:
+    """A copy without the optional files."""
+    data = tmp_path / "base"
+    shutil.copytree(tiny_data, data)
+    for name in ("bootstrap.json", "stability.json", "report.md", "ro-crate-metadata.json"):
+        (data / name).unlink(missing_ok=True)
+    shutil.rmtree(data / "figures", ignore_errors=True)
+    return data
+
+
+@pytest.fixture
+def full_data(base_data: Path) -> Path:
+    """The copy with bootstrap, stability (sizes that fit the tiny pool) and figures."""
+    protocol = load_protocol(base_data / "protocol.json")
+    doc = json.loads(json.dumps(protocol.doc))
+    doc["stability"]["sizes"] = [5, 10, 20]
+    (base_data / "bootstrap.json").write_bytes(dumps(bootstrap_record(protocol.doc, protocol.sha256, base_data)))
+    (base_data / "stability.json").write_bytes(dumps(stability_record(doc, protocol.sha256, base_data)))
+    for rel, png in render_figures(base_data).items():
+        (base_data / rel).parent.mkdir(parents=True, exist_ok=True)
+        (base_data / rel).write_bytes(png)
+    return base_data
+
+
+def test_formatting_rule():
+    assert cell(0.1234565) == format(0.1234565, ".6f")
+    assert cell(1.0) == "1.000000" and cell(-1e-9) == "-0.000000"
+    assert cell(3) == "3" and cell(True) == "yes" and cell(False) == "no" and cell(None) == "n/a"
+    assert cell("no claim") == "no claim"
+    assert change(0.25, 0.5) == "-0.250000" and change(0.5, 0.25) == "+0.250000"
+    assert change(7, 7) == "+0" and change(5, 7) == "-2"
+
+
+def test_report_is_consistent_and_deterministic(full_data: Path):
+    md = report_markdown(full_data)
+    assert md == report_markdown(full_data)
+    docs = load_docs(full_data)
+    assert check_report(md, docs) == []
+    tables = extract_tables(md)
+    assert set(tables) == {"pools", "temperature", "metrics-audit", "metrics-calibration", "threshold",
+                           "bins-audit", "bootstrap", "stability"}
+    assert tables == expected_tables(docs)
+
+
+def test_every_checked_number_parses_back_within_half_a_unit(full_data: Path):
+    md = report_markdown(full_data)
+    tables = extract_tables(md)
+    m = json.loads((full_data / "metrics.json").read_text())["pools"]["audit"]
+    for row in ("accuracy", "mean_confidence", "nll", "brier", "ece", "mce"):
+        for kind in ("raw", "calibrated"):
+            assert abs(float(tables["metrics-audit"][row][kind]) - m[kind][row]) <= 5e-7
+        assert abs(float(tables["metrics-audit"][row]["change"])
+                   - (m["calibrated"][row] - m["raw"][row])) <= 5e-7
+    t = json.loads((full_data / "temperature.json").read_text())
+    assert abs(float(tables["temperature"]["temperature"]["value"]) - t["temperature"]) <= 5e-7
+    b = json.loads((full_data / "bootstrap.json").read_text())
+    for metric, d in b["differences"].items():
+        assert abs(float(tables["bootstrap"][metric]["lower"]) - d["lower"]) <= 5e-7
+        assert tables["bootstrap"][metric]["verdict"] == d["verdict"]
+
+
+def test_sections_and_figures(full_data: Path):
+    md = report_markdown(full_data)
+    for heading in ("## Question", "## Protocol", "## Resources", "## Pools", "## Temperature",
+                    "## Metrics", "### Threshold", "## Figures", "## Uncertainty",
+                    "## Calibration-size stability", "## Environment", "## What this result does not show"):
+        assert f"\n{heading}\n" in md, heading
+    protocol = json.loads((full_data / "protocol.json").read_text())
+    assert protocol["question"] in md
+    assert "](figures/reliability-audit.png)" in md and "](figures/confidence-audit.png)" in md
+    resources = json.loads((full_data / "resources.json").read_text())
+    for f in resources["model"]["files"] + resources["dataset"]["files"]:
+        assert f["sha256"] in md
+    assert "no significance claim" not in md.lower()
+
+
+def test_without_the_bootstrap_there_is_no_claim(base_data: Path):
+    md = report_markdown(base_data)
+    assert check_report(md, load_docs(base_data)) == []
+    assert "bootstrap" not in extract_tables(md) and "stability" not in extract_tables(md)
+    assert "no significance claim" in md.lower()
+    assert "**no claim**" in md
+    assert "No figures were rendered." in md
+
+
+def test_a_changed_number_is_caught(full_data: Path):
+    md = report_markdown(full_data)
+    docs = load_docs(full_data)
+    nll = cell(docs["metrics.json"]["pools"]["audit"]["calibrated"]["nll"])
+    bad = md.replace(f"| nll | {cell(docs['metrics.json']['pools']['audit']['raw']['nll'])} | {nll} |",
+                     f"| nll | {cell(docs['metrics.json']['pools']['audit']['raw']['nll'])} | 0.000001 |", 1)
+    assert bad != md
+    problems = check_report(bad, docs)
+    assert len(problems) == 1 and "metrics-audit: row nll" in problems[0]
+    assert check_report(md.replace("<!-- table: threshold -->\n", ""), docs) == ["table threshold is missing"]
+    extra = md.replace("| nll |", "| nll |", 1) + "\n<!-- table: extra -->\n| k | v |\n|---|---:|\n| a | 1 |\n"
+    assert check_report(extra, docs) == ["table extra is not expected"]
+    with pytest.raises(ValueError):
+        extract_tables(md + "\n<!-- table: pools -->\n| k | v |\n|---|---:|\n")
+
+
+def test_tables_follow_the_documented_syntax(full_data: Path):
+    md = report_markdown(full_data)
+    lines = md.split("\n")
+    for i, line in enumerate(lines):
+        if line.startswith("<!-- table:"):
+            assert re.fullmatch(r"<!-- table: [a-z0-9-]+ -->", line)
+            assert lines[i + 1].startswith("| ") and re.fullmatch(r"\|(---\|)(---:\|)+", lines[i + 2])
+
+
+def test_a_boundary_fit_is_reported_as_such(base_data: Path):
+    t = json.loads((base_data / "temperature.json").read_text())
+    beta = 1.0 / t["t_max"]
+    t.update(beta=beta, temperature=t["t_max"], boundary=True, boundary_side="t_max", bracket=[beta, beta])
+    (base_data / "temperature.json").chmod(0o644)
+    (base_data / "temperature.json").write_bytes(dumps(t))
+    traj = json.loads((base_data / "trajectory.json").read_text())
+    traj["steps"] = []
+    (base_data / "trajectory.json").write_bytes(dumps(traj))
+    md = report_markdown(base_data)
+    assert "the boundary `t_max` was taken and flagged" in md
+    assert extract_tables(md)["temperature"]["boundary"] == {"value": "yes"}
+    assert check_report(md, load_docs(base_data)) == []
