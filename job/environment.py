@@ -12,7 +12,7 @@ import time
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import psutil
 
@@ -67,7 +67,7 @@ class PeakRss:
             self._peak = max(self._peak, proc.memory_info().rss)
             self._stop.wait(self._interval)
 
-    def __enter__(self) -> PeakRss:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 

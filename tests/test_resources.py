@@ -43,7 +43,7 @@ def pinned_protocol(tmp_path: Path, files: dict[str, Path]) -> dict:
 
 @pytest.fixture
 def hub_files(tiny_world):
-    protocol, lock = tiny_world
+    _, lock = tiny_world
     doc = json.loads(lock.read_text())
     files = {f["path"]: Path(f["local_path"]) for role in ("model", "dataset") for f in doc[role]["files"]}
     return files
