@@ -1,13 +1,17 @@
 """Minimal, mutually consistent, schema-valid payload documents, for tests and documentation.
 
 The figures are made up; the two predictions files are placeholders (not Parquet), because the
-bundle layer treats them as opaque bytes.
+bundle layer treats them as opaque bytes. The derived files are minimal too: report.md is a short
+text without the checked tables, the figures are 1x1 PNGs, and ro-crate-metadata.json lists every
+other payload file with its sha256 and size (the job writes the full versions).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import struct
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -233,4 +237,49 @@ def write_example_payload(
         (data / path).write_bytes(dumps(doc, source=path))
     for path in (layout.CALIBRATION_PREDICTIONS, layout.AUDIT_PREDICTIONS):
         (data / path).write_bytes(b"placeholder for " + path.encode() + b"\n")
+    write_example_derived(data)
     return hashlib.sha256(protocol).hexdigest()
+
+
+def tiny_png() -> bytes:
+    """A valid 1x1 white greyscale PNG."""
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\x00\xff")) + chunk(b"IEND", b""))
+
+
+def write_example_derived(bag: Path) -> None:
+    """Write placeholder figures and report.md, then a minimal crate over the payload (last)."""
+    bag = Path(bag)
+    for path in layout.FIGURES:
+        (bag / path).parent.mkdir(parents=True, exist_ok=True)
+        (bag / path).write_bytes(tiny_png())
+    (bag / layout.REPORT_MD).write_bytes(
+        b"# Example report\n\nA placeholder: the job writes the full report with its checked "
+        b"tables.\n")
+    (bag / layout.RO_CRATE_JSON).write_bytes(dumps(example_crate(bag)))
+
+
+def example_crate(bag: Path) -> dict[str, Any]:
+    """A minimal RO-Crate 1.2 document whose File entities are the payload under bag/data/."""
+    data = Path(bag) / layout.DATA_DIR
+    crate = layout.RO_CRATE_JSON.removeprefix("data/")
+    files = sorted(p.relative_to(data).as_posix() for p in data.rglob("*")
+                   if p.is_file() and p.relative_to(data).as_posix() != crate)
+    graph: list[dict[str, Any]] = [
+        {"@id": crate, "@type": "CreativeWork",
+         "conformsTo": {"@id": "https://w3id.org/ro/crate/1.2"}, "about": {"@id": "./"}},
+        {"@id": "./", "@type": "Dataset", "name": "Example payload",
+         "description": "An example bundle payload.", "datePublished": "2024-05-07",
+         "license": {"@id": "#license-not-stated"},
+         "hasPart": [{"@id": f} for f in files]},
+        {"@id": "#license-not-stated", "@type": "CreativeWork", "name": "No license stated"},
+    ]
+    for rel in files:
+        raw = (data / rel).read_bytes()
+        graph.append({"@id": rel, "@type": "File", "name": rel,
+                      "contentSize": str(len(raw)), "sha256": hashlib.sha256(raw).hexdigest()})
+    return {"@context": "https://w3id.org/ro/crate/1.2/context", "@graph": graph}

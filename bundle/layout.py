@@ -60,6 +60,12 @@ METRICS_JSON: Final = "data/metrics.json"
 STAGES_JSON: Final = "data/stages.json"
 ENVIRONMENT_JSON: Final = "data/environment.json"
 
+REPORT_MD: Final = "data/report.md"
+RO_CRATE_JSON: Final = "data/ro-crate-metadata.json"
+FIGURES: Final = ("data/figures/confidence-audit.png", "data/figures/reliability-audit.png")
+"""Views derived from the files above (FORMAT.md "Derived files"): the report, the RO-Crate
+metadata and the figures."""
+
 BOOTSTRAP_JSON: Final = "data/bootstrap.json"
 STABILITY_JSON: Final = "data/stability.json"
 
@@ -89,6 +95,9 @@ PAYLOAD_FILES: Final = tuple(
             *(p for p in PAYLOAD_SCHEMAS if p not in PROTOCOL_SECTION_PAYLOAD.values()),
             CALIBRATION_PREDICTIONS,
             AUDIT_PREDICTIONS,
+            REPORT_MD,
+            RO_CRATE_JSON,
+            *FIGURES,
         ]
     )
 )

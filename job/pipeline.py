@@ -13,13 +13,16 @@ from job.calibration import TemperatureFit, fit_temperature, softmax
 from job.dataset import Rows, load_rows
 from job.environment import PeakRss, StageClock, environment_record
 from job.errors import JobError
+from job.figures import render_figures
 from job.hashing import sha256_file
 from job.inference import (PoolOutput, Settings, configure_torch, encode, load_model,
                            model_directory, run_pool)
 from job.metrics import compute_metrics
 from job.predictions import predictions_table, read_logits
 from job.protocol import Protocol
+from job.report import REPORT, report_markdown
 from job.resources import Resources
+from job.rocrate import CRATE, crate_bytes
 from job.split import Pool, make_pools
 from job.stability import stability_record
 from job.uncertainty import bootstrap_record
@@ -113,8 +116,13 @@ def stage(protocol: Protocol, name: str, consumed: dict[str, str], produced: dic
     return {"name": name, "protocol_sha256": protocol.sha256, "consumed": consumed, "produced": produced}
 
 
-def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: bool = True) -> tuple[dict[str, Any], TemperatureFit]:
-    """Run every stage into data_dir; return (metrics, fit). Signing and publishing happen elsewhere."""
+def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: bool = True, *,
+            signer_fingerprint: str | None = None, date_published: str | None = None,
+            ) -> tuple[dict[str, Any], TemperatureFit]:
+    """Run every stage into data_dir; return (metrics, fit). Signing and publishing happen elsewhere.
+
+    signer_fingerprint: the key that will sign the bundle (recorded in ro-crate-metadata.json);
+    date_published: the crate's datePublished (default bundle.bag.bagging_date())."""
     art = Artifacts(data_dir)
     clock = StageClock()
     stages: list[dict[str, Any]] = []
@@ -171,6 +179,15 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
                 art.write_json("stability.json", stability_record(protocol.doc, protocol.sha256, data_dir), "stability")
         art.write_json("stages.json", {"protocol_sha256": protocol.sha256, "stages": stages}, "stages")
     art.write_json("environment.json", environment_record(torch_info, clock, rss.mb), "environment")
+    # Views derived from the files above only: figures, the report, then the crate (last: it hashes all).
+    for rel, png in render_figures(data_dir).items():
+        art.write_bytes(rel, png)
+    art.write_bytes(REPORT, report_markdown(data_dir).encode("utf-8"))
+    if date_published is None:
+        from bundle.bag import bagging_date
+        date_published = bagging_date()
+    art.write_bytes(CRATE, crate_bytes(data_dir, signer_fingerprint=signer_fingerprint,
+                                       date_published=date_published))
     return metrics, fit
 
 

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from bundle.bag import seal
-from bundle.keys import generate, load_private_key
+from bundle.keys import fingerprint, generate, load_private_key
 from bundle.publish import assembling
 from job.errors import JobError
 from job.pipeline import execute
@@ -22,8 +22,8 @@ def _signing_key(args: argparse.Namespace) -> Any:
         return load_private_key(args.signing_key)
     if args.ephemeral_key:
         key_dir = args.out.parent / f"{args.out.name}.key"
-        fingerprint = generate(key_dir)
-        print(f"throwaway signing key written to {key_dir}/ (fingerprint {fingerprint}); "
+        fp = generate(key_dir)
+        print(f"throwaway signing key written to {key_dir}/ (fingerprint {fp}); "
               f"verify with --trusted-key {key_dir}/signing-key.pub.pem", file=sys.stderr)
         return load_private_key(key_dir / "signing-key.pem")
     print("warning: no --signing-key given; the bundle will be unsigned and cannot be verified as "
@@ -40,7 +40,8 @@ def run_to_bundle(args: argparse.Namespace, protocol: Protocol, resources: Resou
               "'other':" + "".join(f"\n  - {d}" for d in resources.deviations), file=sys.stderr)
     key = _signing_key(args)
     with assembling(args.out) as staging:
-        metrics, fit = execute(protocol, resources, staging / "data", progress=not args.no_progress)
+        metrics, fit = execute(protocol, resources, staging / "data", progress=not args.no_progress,
+                               signer_fingerprint=fingerprint(key) if key is not None else None)
         seal(staging, description=f"Temperature-scaling calibration run under protocol {protocol.sha256[:16]} "
              f"({protocol.doc['name']}), profile {resources.profile}.",
              protocol_sha256=protocol.sha256, profile=resources.profile,

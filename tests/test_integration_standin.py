@@ -14,7 +14,11 @@ pytestmark = [pytest.mark.integration,
 LOCK = REPO / "job" / "resources" / "standin.json"
 DETERMINISTIC = ("data/predictions/calibration.parquet", "data/predictions/audit.parquet",
                  "data/temperature.json", "data/trajectory.json", "data/metrics.json",
-                 "data/pools.json", "data/stages.json", "data/resources.json", "data/protocol.json")
+                 "data/pools.json", "data/stages.json", "data/resources.json", "data/protocol.json",
+                 "data/bootstrap.json", "data/stability.json", "data/report.md",
+                 "data/ro-crate-metadata.json", "data/figures/confidence-audit.png",
+                 "data/figures/reliability-audit.png")
+"""Every payload file except data/environment.json (timings, peak memory) is byte-identical."""
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +44,8 @@ def test_two_runs_give_byte_identical_results(two_runs):
     a, b = two_runs
     for rel in DETERMINISTIC:
         assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
+    payload = sorted(p.relative_to(a).as_posix() for p in (a / "data").rglob("*") if p.is_file())
+    assert sorted([*DETERMINISTIC, "data/environment.json"]) == payload
 
 
 def test_standin_run_is_labelled_other_and_fits_an_overconfident_model(two_runs):

@@ -131,15 +131,17 @@ def recompute_metrics(bag: Path) -> None:
 
 
 def with_key(edit: Callable[[Path], None], *, stages: bool = True,
-             metrics: bool = False) -> Callable[[Path, Keys], None]:
-    """Edit the payload, cover the tracks, and re-seal with the real key."""
+             metrics: bool = False, report: bool = True,
+             crate: bool = True) -> Callable[[Path, Keys], None]:
+    """Edit the payload, cover the tracks, and re-seal with the real key (report, crate: also
+    regenerate report.md and restate the crate's hashes, as reseal does by default)."""
     def run(bag: Path, keys: Keys) -> None:
         edit(bag)
         if metrics:
             recompute_metrics(bag)
         if stages:
             update_stage_hashes(bag)
-        reseal(bag, keys.real)
+        reseal(bag, keys.real, report=report, crate=crate)
     return run
 
 
@@ -306,6 +308,51 @@ def replace_protocol(bag: Path) -> None:
     (bag / layout.BAG_INFO).write_text("\n".join(lines) + "\n")
 
 
+def report_cell(table: str, row: str, fn: Callable[[str], str]) -> Callable[[Path], None]:
+    """Rewrite one cell (the row's second) of a checked table in report.md."""
+    def run(bag: Path) -> None:
+        lines = (bag / layout.REPORT_MD).read_text().split("\n")
+        start = lines.index(f"<!-- table: {table} -->")
+        for i in range(start + 3, len(lines)):
+            cells = lines[i].split("|")
+            if cells[1].strip() == row:
+                cells[2] = f" {fn(cells[2].strip())} "
+                lines[i] = "|".join(cells)
+                break
+        else:
+            raise AssertionError(f"no row {row} in table {table}")
+        (bag / layout.REPORT_MD).write_text("\n".join(lines))
+    return run
+
+
+def last_digit_up(cell: str) -> str:
+    return cell[:-1] + str((int(cell[-1]) + 1) % 10)
+
+
+def crate_entity(rel: str, fn: Callable[[dict[str, Any]], None]) -> Callable[[Path], None]:
+    def run(bag: Path) -> None:
+        def fix(doc: dict[str, Any]) -> None:
+            for entity in doc["@graph"]:
+                if entity["@id"] == rel:
+                    fn(entity)
+        edit_json(bag, layout.RO_CRATE_JSON, fix)
+    return run
+
+
+def crate_signer(value: str) -> Callable[[Path], None]:
+    def run(bag: Path) -> None:
+        from job.rocrate import FINGERPRINT_PROPERTY
+
+        def fix(doc: dict[str, Any]) -> None:
+            for entity in doc["@graph"]:
+                if entity.get("propertyID") == FINGERPRINT_PROPERTY:
+                    entity["value"] = value
+        edit_json(bag, layout.RO_CRATE_JSON, fix)
+    return run
+
+
+RELIABILITY_PNG = "data/figures/reliability-audit.png"
+
 TAMPERS: dict[str, tuple[Callable[[Path, Keys], None], str, str]] = {
     # one byte changed in each kind of file
     "byte-protocol": (no_key(lambda b: flip(b, layout.PROTOCOL_JSON)), "bag.manifest-sha256",
@@ -465,6 +512,33 @@ TAMPERS: dict[str, tuple[Callable[[Path, Keys], None], str, str]] = {
                                "bag.payload-files", "data/stability.json"),
     "payload-oxum-edited": (no_key(lambda b: set_bag_info(b, layout.INFO_PAYLOAD_OXUM, "1.10")),
                             "bag.info", "Payload-Oxum"),
+    # derived files: report, crate, figures
+    "byte-report": (no_key(lambda b: flip(b, layout.REPORT_MD)), "bag.manifest-sha256",
+                    "data/report.md"),
+    "report-number-edited": (with_key(report_cell("temperature", "temperature", last_digit_up),
+                                      report=False), "report.tables",
+                             "temperature[temperature][value]"),
+    "report-metric-edited": (with_key(report_cell("metrics-audit", "ece", last_digit_up),
+                                      report=False), "report.tables", "metrics-audit[ece][raw]"),
+    "report-row-removed": (with_key(raw_json(layout.REPORT_MD, b"| ece |", b"ece |"),
+                                    report=False), "report.tables", "row 'ece' is missing"),
+    "crate-sha256-edited": (with_key(crate_entity("metrics.json", lambda e: e.update(
+        sha256="0" * 64)), crate=False), "crate.files", "metrics.json: sha256"),
+    "crate-size-edited": (with_key(crate_entity("pools.json", lambda e: e.update(
+        contentSize="1")), crate=False), "crate.files", "pools.json: contentSize"),
+    "crate-file-dropped": (with_key(lambda b: edit_json(b, layout.RO_CRATE_JSON, lambda d: d.update(
+        {"@graph": [e for e in d["@graph"] if e["@id"] != "temperature.json"]})), crate=False),
+        "crate.structure", "temperature.json"),
+    "crate-signer-edited": (with_key(crate_signer("ab" * 32), crate=False), "crate.signer",
+                            "names signer abababab"),
+    "crate-input-edited": (with_key(crate_entity("#input-model", lambda e: e.update(
+        version="f" * 40)), crate=False), "crate.run", "#input-model"),
+    "figure-removed": (no_key(lambda b: (b / RELIABILITY_PNG).unlink()), "bag.payload-files",
+                       "missing ['data/figures/reliability-audit.png']"),
+    "figure-removed-resealed": (with_key(lambda b: (b / RELIABILITY_PNG).unlink()), "figures.png",
+                                "reliability-audit.png is missing"),
+    "figure-not-png": (with_key(write(RELIABILITY_PNG, b"GIF89a not a png")), "figures.png",
+                       "PNG signature"),
 }
 
 

@@ -121,8 +121,12 @@ def _parquet(entries: list[dict[str, Any]], z32: np.ndarray, y: np.ndarray,
 
 
 def write_payload(data: Path, *, sizes: tuple[int, int, int] | None = (8, 40, 40), seed: int = 0,
-                  scale: float = 6.0, fixed_beta: float | None = None) -> None:
-    """Write a complete FORMAT.md payload into `data` (sizes None: the repository's protocol)."""
+                  scale: float = 6.0, fixed_beta: float | None = None,
+                  signer_fingerprint: str | None = None) -> None:
+    """Write a complete FORMAT.md payload into `data` (sizes None: the repository's protocol).
+
+    The derived files (figures, report.md, ro-crate-metadata.json) come from the job's writers,
+    so the verifier is tested against what the job produces."""
     rng = np.random.default_rng(seed)
     proto_raw = protocol_bytes(sizes)
     protocol = json.loads(proto_raw)
@@ -225,6 +229,22 @@ def write_payload(data: Path, *, sizes: tuple[int, int, int] | None = (8, 40, 40
         "machine": "x86_64", "cpu_model": None, "logical_cores": 2, "packages": {},
         "torch": {}, "env": {}, "image": None, "git_commit": None, "timings_s": {},
         "stage_times": [], "peak_rss_mb": 1.0})
+    write_derived(data, signer_fingerprint)
+
+
+def write_derived(data: Path, signer_fingerprint: str | None) -> None:
+    """Figures, report.md, then the crate (last), written by the job's own modules."""
+    from bundle.bag import bagging_date
+    from job.figures import render_figures
+    from job.report import REPORT, report_markdown
+    from job.rocrate import CRATE, crate_bytes
+
+    for rel, png in render_figures(data).items():
+        (data / rel).parent.mkdir(parents=True, exist_ok=True)
+        (data / rel).write_bytes(png)
+    (data / REPORT).write_bytes(report_markdown(data).encode("utf-8"))
+    (data / CRATE).write_bytes(crate_bytes(data, signer_fingerprint=signer_fingerprint,
+                                           date_published=bagging_date()))
 
 
 def _bootstrap(protocol: dict[str, Any], psha: str, digests: dict[str, str],
@@ -293,7 +313,7 @@ def _stability(protocol: dict[str, Any], psha: str, digests: dict[str, str],
 
 def make_bundle(out: Path, key: Ed25519PrivateKey, **kwargs: Any) -> Path:
     """A synthetic, signed bag at `out` sealed by bundle.bag.seal."""
-    write_payload(out / "data", **kwargs)
+    write_payload(out / "data", signer_fingerprint=fingerprint(key), **kwargs)
     proto = (out / "data" / "protocol.json").read_bytes()
     seal(out, description="synthetic test bundle", protocol_sha256=sha256(proto),
          profile="other", private_key=key)
@@ -319,13 +339,19 @@ def signed_predicate(bag: Path) -> dict[str, Any]:
 
 def reseal(bag: Path, key: Ed25519PrivateKey | None, *,
            predicate: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-           restate: bool = True) -> None:
+           restate: bool = True, report: bool = True, crate: bool = True) -> None:
     """Rewrite bag-info, both manifests, the tag manifest and (with a key) the signature so that
     every hash and the signature match the payload as it now is: what an attacker does.
 
     The predicate is the old one with the temperature and audit headline restated from the
     payload (restate) and then passed through `predicate`; no schema is checked, so that a
-    payload that breaks its schema can still be signed."""
+    payload that breaks its schema can still be signed. The attacker also regenerates report.md
+    from the records (report) and restates the crate's file hashes and signer (crate), so that
+    the check a tamper aims at is not merely shadowed by a stale derived file."""
+    if report:
+        refresh_report(bag)
+    if crate:
+        refresh_crate(bag, fingerprint(key) if key is not None else None)
     old = signed_predicate(bag) if (bag / layout.PROVENANCE).exists() else None
     info = dict(line.split(": ", 1) for line in (bag / layout.BAG_INFO).read_text().splitlines())
     for name in TAG_OUTPUTS:
@@ -361,6 +387,31 @@ def reseal(bag: Path, key: Ed25519PrivateKey | None, *,
     (bag / layout.MANIFEST_SHA512).write_text(format_manifest(sha512s))
     (bag / layout.TAGMANIFEST_SHA256).write_text(format_manifest(
         {t: file_digests(bag / t)[0] for t in tags}))
+
+
+def refresh_report(bag: Path) -> None:
+    """report.md regenerated from the records as they now are (kept when they cannot be read)."""
+    from job.report import report_markdown
+
+    with contextlib.suppress(Exception):
+        (bag / layout.REPORT_MD).write_bytes(report_markdown(bag / "data").encode("utf-8"))
+
+
+def refresh_crate(bag: Path, signer: str | None) -> None:
+    """The crate's sha256 and contentSize of every file restated, and its signer set to `signer`."""
+    from job.rocrate import FINGERPRINT_PROPERTY
+
+    path = bag / layout.RO_CRATE_JSON
+    with contextlib.suppress(Exception):
+        doc = loads_strict(path.read_bytes())
+        for entity in doc["@graph"]:
+            target = bag / "data" / entity["@id"]
+            if "sha256" in entity and entity.get("@type") == "File" and target.is_file():
+                raw = target.read_bytes()
+                entity["sha256"], entity["contentSize"] = sha256(raw), str(len(raw))
+            if entity.get("propertyID") == FINGERPRINT_PROPERTY and signer is not None:
+                entity["value"] = signer
+        path.write_bytes(dumps(doc))
 
 
 def _restate(bag: Path, pred: dict[str, Any]) -> None:

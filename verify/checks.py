@@ -20,11 +20,13 @@ from verify import (
     bag,
     bootstrap,
     claims,
+    crate,
     numerics,
     pools,
     predictions,
     records,
     refit,
+    reportcheck,
     schemacheck,
     signature,
     stability,
@@ -65,6 +67,7 @@ class Context:
     signer_fingerprint: str | None = None
     docs: dict[str, Any] = field(default_factory=dict)
     tables: dict[str, predictions.PoolData] = field(default_factory=dict)
+    crate_graph: dict[str, Any] | None = None
 
     def need(self, value: T | None, what: str) -> T:
         if value is None:
@@ -529,6 +532,74 @@ def _study_checks(ctx: Context, r: Runner) -> None:
           lambda: _predicate_claims(ctx))
 
 
+# -- derived files: report, crate, figures ---------------------------------------------------
+
+def _file(ctx: Context, path: str) -> bytes:
+    tree = ctx.need(ctx.tree, "the bag")
+    if path not in tree.files:
+        raise Failed(f"{path} is missing.")
+    return tree.files[path]
+
+
+def _optional_doc(ctx: Context, path: str) -> Any:
+    """The parsed optional record when the bag holds it or the protocol requires it, else None."""
+    protocol = ctx.docs.get(layout.PROTOCOL_JSON)
+    section = next(s for s, p in layout.PROTOCOL_SECTION_PAYLOAD.items() if p == path)
+    wanted = (protocol is not None and section in protocol) or (
+        ctx.tree is not None and path in ctx.tree.files)
+    return ctx.doc(path) if wanted else None
+
+
+def _derived_checks(ctx: Context, r: Runner) -> None:
+    def report() -> str:
+        data = _file(ctx, layout.REPORT_MD)
+        tree = ctx.need(ctx.tree, "the bag")
+        return reportcheck.check(data, ctx.doc(layout.METRICS_JSON),
+                                 ctx.doc(layout.TEMPERATURE_JSON), ctx.doc(layout.POOLS_JSON),
+                                 _optional_doc(ctx, layout.BOOTSTRAP_JSON),
+                                 _optional_doc(ctx, layout.STABILITY_JSON), set(tree.payload()))
+
+    r.run("report.tables", "report.md tables restate the records", report)
+
+    def structure() -> str:
+        detail, ctx.crate_graph = crate.parse(_file(ctx, layout.RO_CRATE_JSON))
+        return detail
+
+    r.run("crate.structure", "ro-crate-metadata.json is an RO-Crate 1.2 graph", structure)
+
+    def files() -> str:
+        graph = ctx.need(ctx.crate_graph, "the crate")
+        tree = ctx.need(ctx.tree, "the bag")
+        payload = tree.payload()
+        return crate.check_files(graph, {p: tree.files[p] for p in payload},
+                                 {p: tree.sha256(p) for p in payload})
+
+    r.run("crate.files", "crate lists every payload file with its sha256 and size", files)
+
+    def run() -> str:
+        graph = ctx.need(ctx.crate_graph, "the crate")
+        tree = ctx.need(ctx.tree, "the bag")
+        return crate.check_run(graph, tree.payload(), ctx.doc(layout.RESOURCES_JSON),
+                               ctx.doc(layout.ENVIRONMENT_JSON))
+
+    r.run("crate.run", "crate's run reads the resources and produces the payload", run)
+
+    def signer() -> str:
+        graph = ctx.need(ctx.crate_graph, "the crate")
+        info = ctx.need(ctx.info, "bag-info.txt")
+        return crate.check_signer(graph, ctx.need(ctx.signer_fingerprint, "the signer"),
+                                  info[layout.INFO_BAGGING_DATE])
+
+    r.run("crate.signer", "crate names the bag's signer", signer)
+
+    def figures() -> str:
+        sizes = [f"{p.rsplit('/', 1)[-1]} {w}x{h}"
+                 for p in layout.FIGURES for w, h in [crate.check_png(_file(ctx, p), p)]]
+        return "well-formed PNG: " + ", ".join(sizes)
+
+    r.run("figures.png", "figures are well-formed PNG images", figures)
+
+
 def _predicate_claims(ctx: Context) -> str:
     return claims.check(ctx.doc("predicate"), ctx)
 
@@ -561,4 +632,5 @@ def verify_tree(tree: bag.BagTree | None, trust: Trust, *,
     _fit_checks(ctx, r)
     _metric_checks(ctx, r)
     _study_checks(ctx, r)
+    _derived_checks(ctx, r)
     return Verification(r.checks, ctx.signer_fingerprint)

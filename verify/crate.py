@@ -1,0 +1,275 @@
+"""data/ro-crate-metadata.json (RO-Crate 1.2, bundle/FORMAT.md "ro-crate-metadata.json") and the
+figures, checked against the bag.
+
+The crate must be canonical JSON with the RO-Crate 1.2 context and a flat @graph; every local
+reference must name an entity of the graph; its File entities must be exactly the payload files
+other than the crate, with the sha256 and size of the bytes in the bag (environment.json, which
+varies between runs, may omit both); the run (#run) must read protocol.json and the model and
+dataset of resources.json (#input-model, #input-dataset, one part per file with its sha256 and
+size) and produce every other file; the signer entity must hold the fingerprint of the key that
+signed the bag. Written from FORMAT.md, not from the job's code."""
+
+from __future__ import annotations
+
+import re
+import struct
+import zlib
+from collections.abc import Iterator
+from datetime import date, timedelta
+from typing import Any
+
+from bundle import layout
+from bundle.canonical import dumps, loads_strict
+from bundle.errors import CanonicalJSONError
+from verify.result import Failed
+
+CONTEXT = "https://w3id.org/ro/crate/1.2/context"
+PROFILE = "https://w3id.org/ro/crate/1.2"
+DESCRIPTOR = "ro-crate-metadata.json"
+ROOT = "./"
+RUN = "#run"
+INPUTS = {"model": "#input-model", "dataset": "#input-dataset"}
+PROTOCOL = "protocol.json"
+FINGERPRINT_PROPERTY = "https://calibration-runs.example/terms/ed25519-public-key-sha256"
+MAY_OMIT_HASH = frozenset({"environment.json"})
+MEDIA_TYPES = {".json": "application/json", ".parquet": "application/vnd.apache.parquet",
+               ".png": "image/png", ".md": "text/markdown"}
+_ABSOLUTE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+Graph = dict[str, dict[str, Any]]
+
+
+def _types(entity: dict[str, Any]) -> list[str]:
+    t = entity.get("@type")
+    return [t] if isinstance(t, str) else list(t) if isinstance(t, list) else []
+
+
+def _refs(value: Any) -> list[str]:
+    """The @ids of a property that holds one reference or a list of them ([] for anything else)."""
+    items = value if isinstance(value, list) else [value]
+    return [v["@id"] for v in items if isinstance(v, dict) and set(v) == {"@id"}
+            and isinstance(v["@id"], str)]
+
+
+def _all_refs(value: Any) -> Iterator[str]:
+    if isinstance(value, dict):
+        if set(value) == {"@id"} and isinstance(value["@id"], str):
+            yield value["@id"]
+            return
+        for v in value.values():
+            yield from _all_refs(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _all_refs(v)
+
+
+def _entity(graph: Graph, ident: str, kind: str) -> dict[str, Any]:
+    entity = graph.get(ident)
+    if entity is None:
+        raise Failed(f"the crate has no entity {ident!r}.")
+    if kind not in _types(entity):
+        raise Failed(f"the crate's {ident!r} is a {_types(entity)}, not a {kind}.")
+    return entity
+
+
+def parse(data: bytes) -> tuple[str, Graph]:
+    """The crate's entities by @id, after the structural checks."""
+    try:
+        doc = loads_strict(data, source=layout.RO_CRATE_JSON)
+    except CanonicalJSONError as exc:
+        raise Failed(str(exc)) from exc
+    if dumps(doc) != data:
+        raise Failed(f"{layout.RO_CRATE_JSON} is valid JSON but not canonical; it was edited by "
+                     "hand.")
+    if not isinstance(doc, dict) or set(doc) != {"@context", "@graph"}:
+        raise Failed("the crate must be an object with exactly @context and @graph.")
+    if doc["@context"] != CONTEXT:
+        raise Failed(f"@context is {str(doc['@context'])[:80]!r}, expected {CONTEXT!r}.")
+    items = doc["@graph"]
+    if not isinstance(items, list) or not items:
+        raise Failed("@graph must be a non-empty list of entities.")
+    graph: Graph = {}
+    for n, entity in enumerate(items):
+        if not isinstance(entity, dict) or not isinstance(entity.get("@id"), str) \
+                or not entity["@id"]:
+            raise Failed(f"@graph[{n}] is not an entity with an @id.")
+        types = entity.get("@type")
+        if not (isinstance(types, str) and types) and not (
+                isinstance(types, list) and types and all(isinstance(t, str) and t for t in types)):
+            raise Failed(f"entity {entity['@id']!r} has no valid @type.")
+        if entity["@id"] in graph:
+            raise Failed(f"the @id {entity['@id']!r} appears twice in @graph.")
+        graph[entity["@id"]] = entity
+    descriptor = _entity(graph, DESCRIPTOR, "CreativeWork")
+    if PROFILE not in _refs(descriptor.get("conformsTo")):
+        raise Failed(f"the metadata descriptor does not conform to {PROFILE}.")
+    if _refs(descriptor.get("about")) != [ROOT]:
+        raise Failed("the metadata descriptor is not about the root './'.")
+    root = _entity(graph, ROOT, "Dataset")
+    for key in ("name", "description"):
+        if not isinstance(root.get(key), str) or not root[key]:
+            raise Failed(f"the root has no {key}.")
+    if not isinstance(root.get("datePublished"), str) or not _DATE.fullmatch(root["datePublished"]):
+        raise Failed(f"the root's datePublished is {str(root.get('datePublished'))[:40]!r}, "
+                     "expected YYYY-MM-DD.")
+    if not _refs(root.get("license")):
+        raise Failed("the root names no license entity.")
+    dangling = sorted({r for e in graph.values() for k, v in e.items() if k != "@id"
+                       for r in _all_refs(v) if r not in graph and not _ABSOLUTE.match(r)})
+    if dangling:
+        raise Failed(f"the crate refers to {dangling[:5]}, which are not entities of @graph.")
+    return f"RO-Crate 1.2 context, {len(graph)} entities, every local reference resolves", graph
+
+
+def check_files(graph: Graph, files: dict[str, bytes], sha256: dict[str, str]) -> str:
+    """File entities = payload minus the crate, hashes and sizes of the bag's bytes, reachable
+    from the root through hasPart."""
+    payload = {p.removeprefix("data/") for p in files if p != layout.RO_CRATE_JSON}
+    described = {i for i, e in graph.items() if "File" in _types(e)}
+    problems = []
+    if described - payload:
+        problems.append(f"it describes files the bag lacks: {sorted(described - payload)[:5]}")
+    if payload - described:
+        problems.append(f"it does not describe {sorted(payload - described)[:5]}")
+    for rel in sorted(described & payload):
+        e = graph[rel]
+        data = files[f"data/{rel}"]
+        want_type = MEDIA_TYPES.get("." + rel.rsplit(".", 1)[-1], "application/octet-stream")
+        if e.get("encodingFormat") != want_type:
+            problems.append(f"{rel}: encodingFormat {e.get('encodingFormat')!r}, expected "
+                            f"{want_type!r}")
+        if rel in MAY_OMIT_HASH and "sha256" not in e and "contentSize" not in e:
+            continue
+        if e.get("sha256") != sha256[f"data/{rel}"]:
+            problems.append(f"{rel}: sha256 {str(e.get('sha256'))[:16]!r}…, the file hashes to "
+                            f"{sha256[f'data/{rel}'][:16]}…")
+        if e.get("contentSize") != str(len(data)):
+            problems.append(f"{rel}: contentSize {e.get('contentSize')!r}, the file has "
+                            f"{len(data)} bytes")
+    reached: set[str] = set()
+    todo = [ROOT]
+    while todo:
+        ident = todo.pop()
+        if ident in reached or ident not in graph:
+            continue
+        reached.add(ident)
+        todo += _refs(graph[ident].get("hasPart"))
+    unreached = sorted(described - reached)
+    if unreached:
+        problems.append(f"{unreached[:5]} are not parts of the root (hasPart)")
+    if problems:
+        raise Failed("the crate does not describe the payload: " + "; ".join(problems[:3])
+                     + (f" (+{len(problems) - 3} more)" if len(problems) > 3 else "") + ".")
+    return (f"{len(described)} File entities = the payload without the crate; sha256 and size of "
+            f"{len(described - MAY_OMIT_HASH)} match the bag")
+
+
+def _parts(graph: Graph, entity: dict[str, Any]) -> list[tuple[Any, Any, Any]]:
+    out = []
+    for ident in _refs(entity.get("hasPart")):
+        part = graph.get(ident, {})
+        out.append((part.get("name"), part.get("sha256"), part.get("contentSize")))
+    return sorted(out, key=repr)
+
+
+def check_run(graph: Graph, files: list[str], resources: dict[str, Any],
+              environment: dict[str, Any]) -> str:
+    """#run reads protocol.json and the resources, produces every other file; the software
+    names environment.json's commit and image."""
+    run = _entity(graph, RUN, "CreateAction")
+    problems = []
+    objects = _refs(run.get("object"))
+    if sorted(objects) != sorted([PROTOCOL, *INPUTS.values()]) or len(objects) != 3:
+        problems.append(f"#run reads {objects}, expected {[PROTOCOL, *INPUTS.values()]}")
+    results = set(_refs(run.get("result")))
+    want = {p.removeprefix("data/") for p in files} - {PROTOCOL, DESCRIPTOR}
+    if results != want:
+        problems.append(f"#run produced {sorted(results ^ want)[:4]} differ from the payload")
+    for kind, ident in INPUTS.items():
+        repo = resources[kind]
+        entity = graph.get(ident)
+        if entity is None:
+            problems.append(f"no entity {ident}")
+            continue
+        if entity.get("version") != repo["revision"] or \
+                entity.get("name") != f"{repo['repo_id']}@{repo['revision']}":
+            problems.append(f"{ident} is {entity.get('name')!r} version "
+                            f"{entity.get('version')!r}, resources.json has "
+                            f"{repo['repo_id']}@{repo['revision']}")
+        listed = sorted(((f["path"], f["sha256"], str(f["size"])) for f in repo["files"]), key=repr)
+        if _parts(graph, entity) != listed:
+            problems.append(f"{ident}'s parts (name, sha256, size) are not resources.json's "
+                            f"{kind} files")
+    software = [graph[i] for i in _refs(run.get("instrument")) if i in graph]
+    if len(software) != 1 or "SoftwareApplication" not in _types(software[0]):
+        problems.append("#run's instrument is not one SoftwareApplication")
+    else:
+        for key, prop in (("git_commit", "identifier"), ("image", "additionalProperty")):
+            values = [graph[i].get("value") for i in _refs(software[0].get(prop)) if i in graph]
+            recorded = environment.get(key)
+            if values != ([recorded] if recorded else []):
+                problems.append(f"the software's {prop} is {values}, environment.json's {key} "
+                                f"is {recorded!r}")
+    if problems:
+        raise Failed("the crate's run does not match the payload: " + "; ".join(problems[:3])
+                     + ".")
+    return ("#run reads protocol.json and resources.json's model and dataset files, produces "
+            "every other payload file")
+
+
+def check_signer(graph: Graph, signer_fingerprint: str, bagging_date: str) -> str:
+    """The signer entity holds the bag's signer; datePublished is Bagging-Date or the day before."""
+    keys = [e for e in graph.values() if e.get("propertyID") == FINGERPRINT_PROPERTY]
+    if len(keys) != 1:
+        raise Failed(f"the crate has {len(keys)} signer key entities "
+                     f"(propertyID {FINGERPRINT_PROPERTY}), expected 1.")
+    value = keys[0].get("value")
+    if value != signer_fingerprint:
+        raise Failed(f"the crate names signer {str(value)[:16]}…, the bag is signed by "
+                     f"{signer_fingerprint[:16]}….")
+    if keys[0]["@id"] not in _refs(graph[ROOT].get("mentions")):
+        raise Failed("the root does not mention the signer key entity.")
+    published = graph[ROOT]["datePublished"]
+    try:
+        bagged = date.fromisoformat(bagging_date)
+        ok = date.fromisoformat(published) in (bagged, bagged - timedelta(days=1))
+    except ValueError:
+        ok = False
+    if not ok:
+        raise Failed(f"datePublished {published!r} is neither the Bagging-Date {bagging_date!r} "
+                     "nor the day before.")
+    return f"signer {signer_fingerprint[:16]}… as in the bag; datePublished {published}"
+
+
+# -- figures ---------------------------------------------------------------------------------
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def check_png(data: bytes, name: str) -> tuple[int, int]:
+    """(width, height) of a well-formed PNG: signature, chunks with right CRCs, IHDR first,
+    IDAT, IEND last."""
+    if not data.startswith(PNG_SIGNATURE):
+        raise Failed(f"{name} does not start with the PNG signature.")
+    pos, kinds = len(PNG_SIGNATURE), []
+    size = (0, 0)
+    while pos < len(data):
+        if pos + 12 > len(data):
+            raise Failed(f"{name} ends inside a chunk header at byte {pos}.")
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + length]
+        if len(body) != length or pos + 12 + length > len(data):
+            raise Failed(f"{name}: chunk {kind!r} at byte {pos} runs past the end.")
+        (crc,) = struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])
+        if zlib.crc32(kind + body) != crc:
+            raise Failed(f"{name}: chunk {kind!r} at byte {pos} has a wrong CRC.")
+        if kind == b"IHDR" and length == 13:
+            size = struct.unpack(">II", body[:8])
+        kinds.append(kind)
+        pos += 12 + length
+    if not kinds or kinds[0] != b"IHDR" or kinds[-1] != b"IEND" or b"IDAT" not in kinds:
+        raise Failed(f"{name} is not a complete PNG (IHDR first, IDAT, IEND last).")
+    if not (size[0] > 0 and size[1] > 0):
+        raise Failed(f"{name} has an empty image ({size[0]}x{size[1]}).")
+    return size
