@@ -236,8 +236,11 @@ def seal(
     predicate: Mapping[str, Any] | None = None,
     private_key: Ed25519PrivateKey | None = None,
     complete: bool = True,
+    date: str | None = None,
 ) -> None:
     """Write every tag file around staging/data/ so that staging becomes a complete bag.
+
+    `date` is the Bagging-Date (default: bagging_date()); pass the date the payload already names.
 
     With a private key, sign an in-toto Statement over all payload files; its predicate is
     `predicate` (default: restated from the payload) plus `schemas` and `signer_fingerprint`.
@@ -261,7 +264,7 @@ def seal(
         octets += (staging / path).stat().st_size
 
     info = [
-        (layout.INFO_BAGGING_DATE, bagging_date()),
+        (layout.INFO_BAGGING_DATE, date or bagging_date()),
         (layout.INFO_PAYLOAD_OXUM, f"{octets}.{len(paths)}"),
         (layout.INFO_DESCRIPTION, description),
         (layout.INFO_PROTOCOL_SHA256, protocol_sha256),

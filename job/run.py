@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from bundle.bag import seal
+from bundle.bag import bagging_date, seal
 from bundle.keys import fingerprint, generate, load_private_key
 from bundle.publish import assembling
 from job.errors import JobError
@@ -39,13 +39,15 @@ def run_to_bundle(args: argparse.Namespace, protocol: Protocol, resources: Resou
         print("note: resources differ from the protocol's pins; the bundle is labelled profile "
               "'other':" + "".join(f"\n  - {d}" for d in resources.deviations), file=sys.stderr)
     key = _signing_key(args)
+    date = bagging_date()  # one date for the crate's datePublished and the bag's Bagging-Date
     with assembling(args.out) as staging:
-        metrics, fit = execute(protocol, resources, staging / "data", progress=not args.no_progress,
-                               signer_fingerprint=fingerprint(key) if key is not None else None)
+        metrics, _ = execute(protocol, resources, staging / "data", progress=not args.no_progress,
+                             signer_fingerprint=fingerprint(key) if key is not None else None,
+                             date_published=date)
         seal(staging, description=f"Temperature-scaling calibration run under protocol {protocol.sha256[:16]} "
              f"({protocol.doc['name']}), profile {resources.profile}.",
              protocol_sha256=protocol.sha256, profile=resources.profile,
-             private_key=key)
+             private_key=key, date=date)
     temperature = json.loads((args.out / "data" / "temperature.json").read_text())
     print(summary(metrics, temperature, resources.profile))
     print(f"bundle written to {args.out}" + ("" if key is not None else " (UNSIGNED)"))

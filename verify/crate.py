@@ -15,7 +15,6 @@ import re
 import struct
 import zlib
 from collections.abc import Iterator
-from datetime import date, timedelta
 from typing import Any
 
 from bundle import layout
@@ -219,7 +218,7 @@ def check_run(graph: Graph, files: list[str], resources: dict[str, Any],
 
 
 def check_signer(graph: Graph, signer_fingerprint: str, bagging_date: str) -> str:
-    """The signer entity holds the bag's signer; datePublished is Bagging-Date or the day before."""
+    """The signer entity holds the bag's signer; datePublished is the Bagging-Date."""
     keys = [e for e in graph.values() if e.get("propertyID") == FINGERPRINT_PROPERTY]
     if len(keys) != 1:
         raise Failed(f"the crate has {len(keys)} signer key entities "
@@ -231,14 +230,8 @@ def check_signer(graph: Graph, signer_fingerprint: str, bagging_date: str) -> st
     if keys[0]["@id"] not in _refs(graph[ROOT].get("mentions")):
         raise Failed("the root does not mention the signer key entity.")
     published = graph[ROOT]["datePublished"]
-    try:
-        bagged = date.fromisoformat(bagging_date)
-        ok = date.fromisoformat(published) in (bagged, bagged - timedelta(days=1))
-    except ValueError:
-        ok = False
-    if not ok:
-        raise Failed(f"datePublished {published!r} is neither the Bagging-Date {bagging_date!r} "
-                     "nor the day before.")
+    if published != bagging_date:
+        raise Failed(f"datePublished {published!r} is not the Bagging-Date {bagging_date!r}.")
     return f"signer {signer_fingerprint[:16]}… as in the bag; datePublished {published}"
 
 
