@@ -22,8 +22,11 @@ def offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes", "on"}
 
 
-def hub_fetch(repo_id: str, repo_type: str, revision: str, filename: str, cache_dir: Path) -> Path:
-    """Return the cached file if present (no network call); otherwise download it, unless offline."""
+def hub_fetch(repo_id: str, repo_type: str, revision: str, filename: str, cache_dir: Path,
+              endpoint: str | None = None) -> Path:
+    """Return the cached file if present (no network call); otherwise download it, unless offline.
+
+    `endpoint` overrides the hub's address (default: HF_ENDPOINT or huggingface.co)."""
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
@@ -40,7 +43,7 @@ def hub_fetch(repo_id: str, repo_type: str, revision: str, filename: str, cache_
         )
     try:
         return Path(hf_hub_download(repo_id, filename, repo_type=repo_type, revision=revision,
-                                    cache_dir=cache_dir))
+                                    cache_dir=cache_dir, endpoint=endpoint))
     except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise JobError(

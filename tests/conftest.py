@@ -10,11 +10,16 @@ from tests.factory import SHARED_FIXTURES, make_world
 
 @pytest.fixture(autouse=True)
 def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Unit tests never touch the network: any outbound connection fails loudly."""
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise OSError("network disabled in tests")
+    """Unit tests never leave this machine: a connection to anything but loopback fails loudly."""
+    connect = socket.socket.connect
 
-    monkeypatch.setattr(socket.socket, "connect", refuse)
+    def loopback_only(self: socket.socket, address: object) -> None:
+        host = address[0] if isinstance(address, tuple) else address
+        if host not in ("127.0.0.1", "::1", "localhost"):
+            raise OSError(f"network disabled in tests (tried {host})")
+        return connect(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", loopback_only)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
