@@ -18,8 +18,7 @@ $(PY):
 	$(PY) -m pip install -q --upgrade pip
 
 install: $(PY) ## create .venv and install the locked dependencies (CPU torch)
-	$(PY) -m pip install -q -r requirements.lock -r requirements-dev.lock
-	$(PY) -m pip install -q --no-deps -e .
+	$(PY) -m pip install -q --require-hashes -r requirements.lock -r requirements-dev.lock
 
 test: ## run the whole test suite (unit + integration on ../shared/fixtures when present)
 	$(PY) -m pytest -q
@@ -38,3 +37,67 @@ verify: ## verify a bundle without torch: make verify BUNDLE=DIR|TAR.GZ [TRUSTED
 
 bench: ## performance benchmark; prints a table and writes bench.json
 	$(PY) scripts/bench.py
+
+# ---- dependency locks, wheelhouse, container ------------------------------------------------
+# HOSTPY: a CPython 3.11 on linux x86_64 whose pip reaches the CPU torch wheel (find-links).
+HOSTPY ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
+IMAGE ?= calibration-job:latest
+# BASE_IMAGE empty: build calibration-base:bookworm locally (debootstrap; no registry needed).
+# To use the official image: make image BASE_IMAGE=python:3.11-slim-bookworm@sha256:<digest>
+BASE_IMAGE ?=
+LOCAL_BASE ?= calibration-base:bookworm
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 1767225600)
+IMAGE_SRC := pyproject.toml provenance.json requirements.lock schemas bundle verify job
+GIT_COMMIT ?= $(shell c=$$(git rev-parse HEAD 2>/dev/null) && { [ -z "$$(git status --porcelain -- $(IMAGE_SRC))" ] && echo $$c || echo $$c-dirty; })
+CACHE ?= $(or $(HF_HOME),$(HOME)/.cache/huggingface)
+OUTDIR ?= out
+KEYDIR ?= keys
+NAME ?= formal
+RESOURCES ?=
+
+.PHONY: lock lock-check wheelhouse base-image image run docker-smoke docker-test
+
+lock: ## re-lock requirements*.lock with hashes (keeps locked versions; ARGS=--upgrade to move)
+	$(HOSTPY) scripts/lock.py $(ARGS)
+
+lock-check: ## fail if requirements*.lock are not what `make lock` would write
+	$(HOSTPY) scripts/lock.py --check
+
+# Wheels for the host's tags: run it on linux x86_64 with CPython 3.11 and glibc >= 2.34, like the
+# image (bookworm, glibc 2.36). (pip 23's --platform does not widen manylinux_2_X to older tags.)
+wheelhouse: requirements.lock ## download the locked runtime wheels (hash-checked) into wheelhouse/
+	@$(HOSTPY) -c 'import sys, platform; sys.exit(None if sys.version_info[:2] == (3, 11) and platform.machine() == "x86_64" and sys.platform == "linux" else "wheelhouse: needs CPython 3.11 on linux x86_64 (HOSTPY=...)")'
+	mkdir -p wheelhouse
+	set -o pipefail; $(HOSTPY) -m pip download --quiet --disable-pip-version-check --require-hashes \
+	  --no-deps --only-binary=:all: -r requirements.lock -d wheelhouse 2>&1 \
+	  | { grep -v "^WARNING: Location 'file:.*' is ignored" || true; }
+	@keep=$$(sed -n 's/^    # \(.*\.whl\)$$/\1/p' requirements.lock); \
+	for f in wheelhouse/*; do \
+	  grep -qxF "$${f#wheelhouse/}" <<<"$$keep" || { echo "wheelhouse: removing stale $$f"; rm -f "$$f"; }; \
+	done; \
+	echo "wheelhouse: $$(ls wheelhouse | wc -l) files, $$(du -sh wheelhouse | cut -f1)"
+
+base-image: ## build (or reuse) the debootstrapped base image $(LOCAL_BASE)
+	bash scripts/base-image.sh
+
+image: wheelhouse ## build the job image $(IMAGE) offline (docker build --network none)
+	@base="$(BASE_IMAGE)"; \
+	if [ -z "$$base" ]; then BASE_TAG=$(LOCAL_BASE) bash scripts/base-image.sh >/dev/null; base=$(LOCAL_BASE); fi; \
+	echo "image: building $(IMAGE) on $$base"; \
+	docker build --network none --build-arg BASE_IMAGE="$$base" \
+	  --build-arg SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) --build-arg CALIBRATION_IMAGE=$(IMAGE) \
+	  --build-arg CALIBRATION_GIT_COMMIT=$(GIT_COMMIT) \
+	  -t $(IMAGE) . && \
+	docker image inspect -f 'image: {{.Id}} {{.Size}} bytes' $(IMAGE)
+
+run: ## job in the container: make run [NAME=formal] [OUTDIR=out] [KEYDIR=keys] [CACHE=$$HF_HOME] [RESOURCES=job/resources/standin.json]
+	IMAGE=$(IMAGE) OUTDIR=$(OUTDIR) CACHE=$(CACHE) KEYDIR=$(KEYDIR) \
+	  $(if $(RESOURCES),FIXTURES=$(FIXTURES)) bash scripts/docker-run.sh \
+	  run --out /out/$(NAME) --signing-key /keys/signing-key.pem --no-progress \
+	  $(if $(RESOURCES),--resources /app/$(RESOURCES))
+
+docker-smoke: ## 8-row smoke test in the container on the stand-in resources (no network)
+	IMAGE=$(IMAGE) FIXTURES=$(FIXTURES) bash scripts/docker-run.sh smoke --resources /app/job/resources/standin.json
+
+docker-test: ## build the image and check container runs are byte-identical to a host run
+	bash scripts/docker-test.sh
