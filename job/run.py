@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
+from pathlib import Path
 from typing import Any
 
 from bundle.bag import bagging_date, seal
@@ -17,14 +19,18 @@ from job.resources import Resources
 from job.summary import summary
 
 
+def ephemeral_key_dir(out: Path) -> Path:
+    return out.parent / f"{out.name}.key"
+
+
 def _signing_key(args: argparse.Namespace) -> Any:
     if args.signing_key is not None:
         return load_private_key(args.signing_key)
     if args.ephemeral_key:
-        key_dir = args.out.parent / f"{args.out.name}.key"
-        fp = generate(key_dir)
-        print(f"throwaway signing key written to {key_dir}/ (fingerprint {fp}); "
-              f"verify with --trusted-key {key_dir}/signing-key.pub.pem", file=sys.stderr)
+        key_dir = ephemeral_key_dir(args.out)
+        if key_dir.exists():
+            raise JobError(f"{key_dir} already exists; choose a new --out or remove it.")
+        generate(key_dir)
         return load_private_key(key_dir / "signing-key.pem")
     print("warning: no --signing-key given; the bundle will be unsigned and cannot be verified as "
           "coming from anyone", file=sys.stderr)
@@ -39,6 +45,23 @@ def run_to_bundle(args: argparse.Namespace, protocol: Protocol, resources: Resou
         print("note: resources differ from the protocol's pins; the bundle is labelled profile "
               "'other':" + "".join(f"\n  - {d}" for d in resources.deviations), file=sys.stderr)
     key = _signing_key(args)
+    try:
+        metrics = _run_and_seal(args, protocol, resources, key)
+    except BaseException:
+        if args.ephemeral_key:  # a throwaway key for a bundle that does not exist is useless
+            shutil.rmtree(ephemeral_key_dir(args.out), ignore_errors=True)
+        raise
+    temperature = json.loads((args.out / "data" / "temperature.json").read_text())
+    print(summary(metrics, temperature, resources.profile))
+    print(f"bundle written to {args.out}" + ("" if key is not None else " (UNSIGNED)"))
+    if args.ephemeral_key:
+        key_dir = ephemeral_key_dir(args.out)
+        print(f"signed with a throwaway key (fingerprint {fingerprint(key)}); verify with "
+              f"--trusted-key {key_dir}/signing-key.pub.pem")
+    return 0
+
+
+def _run_and_seal(args: argparse.Namespace, protocol: Protocol, resources: Resources, key: Any) -> dict[str, Any]:
     date = bagging_date()  # one date for the crate's datePublished and the bag's Bagging-Date
     with assembling(args.out) as staging:
         metrics, _ = execute(protocol, resources, staging / "data", progress=not args.no_progress,
@@ -48,7 +71,4 @@ def run_to_bundle(args: argparse.Namespace, protocol: Protocol, resources: Resou
              f"({protocol.doc['name']}), profile {resources.profile}.",
              protocol_sha256=protocol.sha256, profile=resources.profile,
              private_key=key, date=date)
-    temperature = json.loads((args.out / "data" / "temperature.json").read_text())
-    print(summary(metrics, temperature, resources.profile))
-    print(f"bundle written to {args.out}" + ("" if key is not None else " (UNSIGNED)"))
-    return 0
+    return metrics

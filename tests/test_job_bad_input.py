@@ -117,3 +117,31 @@ def test_missing_signing_key(tmp_path, tiny_world, capsys):
     protocol, lock = tiny_world
     out = tmp_path / "out"
     assert_clean_failure(run(protocol, lock, out, tmp_path / "nokeys"), capsys, out, "signing-key.pem")
+
+
+def test_a_failed_run_leaves_no_throwaway_key(tmp_path, tiny_world, capsys):
+    protocol, lock = tiny_world
+    doc = json.loads(lock.read_text())
+    doc["model"]["files"][0]["sha256"] = "e" * 64
+    bad = tmp_path / "lock.json"
+    bad.write_text(json.dumps(doc))
+    out = tmp_path / "out"
+    rc = main(["run", "--protocol", str(protocol), "--resources", str(bad), "--out", str(out),
+               "--ephemeral-key", "--no-progress"])
+    assert rc == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lock.json"]
+
+
+def test_ephemeral_key_signs_a_bundle_that_verifies(tmp_path, tiny_world, capsys):
+    from bundle.keys import load_public_key
+    from verify.api import verify_path
+    from verify.checks import Trust
+
+    protocol, lock = tiny_world
+    out = tmp_path / "out"
+    rc = main(["run", "--protocol", str(protocol), "--resources", str(lock), "--out", str(out),
+               "--ephemeral-key", "--no-progress"])
+    assert rc == 0
+    assert "--trusted-key" in capsys.readouterr().out
+    trusted = load_public_key(tmp_path / "out.key" / "signing-key.pub.pem")
+    assert verify_path(out, Trust(key=trusted)).exit_code == 0
