@@ -15,8 +15,15 @@ from job.environment import PeakRss, StageClock, environment_record
 from job.errors import JobError
 from job.figures import render_figures
 from job.hashing import sha256_file
-from job.inference import (PoolOutput, Settings, configure_torch, encode, load_model,
-                           model_directory, run_pool)
+from job.inference import (
+    PoolOutput,
+    Settings,
+    configure_torch,
+    encode,
+    load_model,
+    model_directory,
+    run_pool,
+)
 from job.metrics import compute_metrics
 from job.predictions import predictions_table, read_logits
 from job.protocol import Protocol
