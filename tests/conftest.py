@@ -1,11 +1,12 @@
 from __future__ import annotations
 
+import shutil
 import socket
 from pathlib import Path
 
 import pytest
 
-from tests.factory import SHARED_FIXTURES, make_world
+from tests.factory import make_world
 
 
 @pytest.fixture(autouse=True)
@@ -51,4 +52,25 @@ def tiny_bundle(tiny_world: tuple[Path, Path], signing_key_dir: Path, tmp_path_f
     return out
 
 
-needs_shared = pytest.mark.skipif(not SHARED_FIXTURES.is_dir(), reason="../shared/fixtures is absent")
+@pytest.fixture(scope="session")
+def _tiny_payload(tiny_world: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from job.pipeline import execute
+    from job.protocol import load_protocol
+    from job.resources import resolve_local
+
+    protocol_path, lock = tiny_world
+    protocol = load_protocol(protocol_path)
+    data = tmp_path_factory.mktemp("payload") / "data"
+    execute(protocol, resolve_local(lock, protocol.resources), data, progress=False)
+    return data
+
+
+@pytest.fixture(scope="module")
+def tiny_data(_tiny_payload: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The payload the job writes (job.pipeline.execute, not sealed) for the tiny 2-class world;
+    a fresh copy for each test module."""
+    data = tmp_path_factory.mktemp("data") / "data"
+    shutil.copytree(_tiny_payload, data)
+    return data
+
+

@@ -10,26 +10,11 @@ from pathlib import Path
 
 import matplotlib
 import numpy as np
-import pytest
 
 from job.figures import FIGURES, confidence_png, reliability_png, render_figures
 from job.metrics import compute_metrics
-from job.protocol import load_protocol
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="module")
-def tiny_data(tiny_world: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The payload the job writes (job.pipeline.execute, not sealed) for the tiny 2-class world."""
-    from job.pipeline import execute
-    from job.resources import resolve_local
-
-    protocol_path, lock = tiny_world
-    protocol = load_protocol(protocol_path)
-    data = tmp_path_factory.mktemp("fig") / "data"
-    execute(protocol, resolve_local(lock, protocol.resources), data, progress=False)
-    return data
 
 
 def chunks(png: bytes) -> list[bytes]:

@@ -6,6 +6,7 @@ import hashlib
 import http.server
 import threading
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -21,8 +22,8 @@ REVISION_MODEL = load_protocol().resources["model"]["revision"]
 class LocalHub(http.server.BaseHTTPRequestHandler):
     """Serves /{repo}/resolve/{rev}/{file} and /datasets/{repo}/resolve/{rev}/{file}."""
 
-    files: dict[str, bytes] = {}
-    requests: list[str] = []
+    files: ClassVar[dict[str, bytes]] = {}
+    requests: ClassVar[list[str]] = []
 
     def _lookup(self) -> bytes | None:
         return self.files.get(self.path.split("?")[0])
@@ -35,7 +36,7 @@ class LocalHub(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
 
-    def do_HEAD(self) -> None:  # noqa: N802
+    def do_HEAD(self) -> None:
         self.requests.append(f"HEAD {self.path}")
         body = self._lookup()
         if body is None:
@@ -43,7 +44,7 @@ class LocalHub(http.server.BaseHTTPRequestHandler):
             return
         self._headers(body)
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self.requests.append(f"GET {self.path}")
         body = self._lookup()
         if body is None:

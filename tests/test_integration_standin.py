@@ -1,7 +1,6 @@
 """The full job on real SST-2 validation and the stand-in classifier in ../shared/fixtures."""
 
 import json
-from pathlib import Path
 
 import pytest
 

@@ -26,19 +26,6 @@ from job.stability import stability_record
 from job.uncertainty import bootstrap_record
 
 
-@pytest.fixture(scope="module")
-def tiny_data(tiny_world: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The payload the job writes (job.pipeline.execute, not sealed) for the tiny 2-class world."""
-    from job.pipeline import execute
-    from job.resources import resolve_local
-
-    protocol_path, lock = tiny_world
-    protocol = load_protocol(protocol_path)
-    data = tmp_path_factory.mktemp("rep") / "data"
-    execute(protocol, resolve_local(lock, protocol.resources), data, progress=False)
-    return data
-
-
 @pytest.fixture
 def base_data(tiny_data: Path, tmp_path: Path) -> Path:
     """A copy without the optional files."""

@@ -15,9 +15,6 @@ import pytest
 
 from bundle.canonical import is_canonical
 from job import __version__
-from job.figures import render_figures
-from job.protocol import load_protocol
-from job.report import report_markdown
 from job.rocrate import CRATE, crate_bytes, crate_metadata, payload_files
 
 REPO = Path(__file__).resolve().parent.parent
@@ -28,24 +25,6 @@ FINGERPRINT = "0f" * 32
 def _validator() -> str | None:
     here = Path(sys.executable).parent / "rocrate-validator"
     return str(here) if here.exists() else shutil.which("rocrate-validator")
-
-
-@pytest.fixture(scope="module")
-def tiny_data(tiny_world: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The payload the job writes (job.pipeline.execute, not sealed), plus figures and report."""
-    from job.pipeline import execute
-    from job.resources import resolve_local
-
-    protocol_path, lock = tiny_world
-    protocol = load_protocol(protocol_path)
-    data = tmp_path_factory.mktemp("crate") / "data"
-    execute(protocol, resolve_local(lock, protocol.resources), data, progress=False)
-    (data / CRATE).unlink(missing_ok=True)
-    for rel, png in render_figures(data).items():
-        (data / rel).parent.mkdir(parents=True, exist_ok=True)
-        (data / rel).write_bytes(png)
-    (data / "report.md").write_text(report_markdown(data), encoding="utf-8")
-    return data
 
 
 @pytest.fixture

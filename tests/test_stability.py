@@ -10,7 +10,6 @@ from pathlib import Path
 
 import jsonschema
 import numpy as np
-import pytest
 
 from bundle.canonical import dumps
 from job.calibration import fit_temperature, mean_nll
@@ -25,19 +24,6 @@ def validate(doc: dict, name: str) -> None:
     schema = json.loads((REPO / "schemas" / f"{name}.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     jsonschema.Draft202012Validator(schema).validate(doc)
-
-
-@pytest.fixture(scope="module")
-def tiny_data(tiny_world: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The payload the job writes (job.pipeline.execute, not sealed) for the tiny 2-class world."""
-    from job.pipeline import execute
-    from job.resources import resolve_local
-
-    protocol_path, lock = tiny_world
-    protocol = load_protocol(protocol_path)
-    data = tmp_path_factory.mktemp("stab") / "data"
-    execute(protocol, resolve_local(lock, protocol.resources), data, progress=False)
-    return data
 
 
 def overconfident(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from pathlib import Path
 
 import jsonschema
@@ -97,28 +96,6 @@ def test_verdict_rule():
     assert verdict(0.1, 0.3) == "increase"
     assert verdict(-0.1, 0.1) == "no claim"
     assert verdict(-0.1, 0.0) == "no claim" and verdict(0.0, 0.1) == "no claim"
-
-
-def test_fast_enough_for_the_formal_audit_pool():
-    logits, labels = synthetic(360, 2)
-    paired_bootstrap(logits, labels, 0.7, resamples=50, seed=0)  # warm up BLAS
-    t0 = time.perf_counter()
-    paired_bootstrap(logits, labels, 0.7, resamples=2000, seed=20240508)
-    elapsed = time.perf_counter() - t0
-    assert elapsed < 1.0, f"360 rows x 2000 resamples took {elapsed:.3f} s"
-
-
-@pytest.fixture(scope="module")
-def tiny_data(tiny_world: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The payload the job writes (job.pipeline.execute, not sealed) for the tiny 2-class world."""
-    from job.pipeline import execute
-    from job.resources import resolve_local
-
-    protocol_path, lock = tiny_world
-    protocol = load_protocol(protocol_path)
-    data = tmp_path_factory.mktemp("unc") / "data"
-    execute(protocol, resolve_local(lock, protocol.resources), data, progress=False)
-    return data
 
 
 def test_record_from_the_payload_files(tiny_data: Path, tmp_path: Path):
