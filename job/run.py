@@ -51,8 +51,11 @@ def run_to_bundle(args: argparse.Namespace, protocol: Protocol, resources: Resou
         if args.ephemeral_key:  # a throwaway key for a bundle that does not exist is useless
             shutil.rmtree(ephemeral_key_dir(args.out), ignore_errors=True)
         raise
-    temperature = json.loads((args.out / "data" / "temperature.json").read_text())
-    print(summary(metrics, temperature, resources.profile))
+    data = args.out / "data"
+    temperature = json.loads((data / "temperature.json").read_text())
+    boot = data / "bootstrap.json"
+    print(summary(metrics, temperature, resources.profile,
+                  json.loads(boot.read_text()) if boot.exists() else None))
     print(f"bundle written to {args.out}" + ("" if key is not None else " (UNSIGNED)"))
     if args.ephemeral_key:
         key_dir = ephemeral_key_dir(args.out)

@@ -8,8 +8,9 @@ ROWS = (("accuracy", "{:.4f}"), ("mean_confidence", "{:.4f}"), ("nll", "{:.4f}")
         ("brier", "{:.4f}"), ("ece", "{:.4f}"), ("mce", "{:.4f}"))
 
 
-def summary(metrics: dict[str, Any], temperature: dict[str, Any], profile: str) -> str:
-    """T and the audit-pool metric table, raw vs calibrated."""
+def summary(metrics: dict[str, Any], temperature: dict[str, Any], profile: str,
+            bootstrap: dict[str, Any] | None = None) -> str:
+    """T, the audit-pool metric table raw vs calibrated, and the bootstrap intervals if any."""
     audit = metrics["pools"]["audit"]
     raw, cal = audit["raw"], audit["calibrated"]
     flag = f"  (BOUNDARY: {temperature['boundary_side']})" if temperature["boundary"] else ""
@@ -25,4 +26,9 @@ def summary(metrics: dict[str, Any], temperature: dict[str, Any], profile: str) 
     for side, m in (("raw", raw), ("calibrated", cal)):
         t = m["threshold"]
         lines.append(f"  p >= {t['value']} ({side}): {t['accepted']} accepted, {t['wrong_accepted']} of them wrong")
+    if bootstrap is not None:
+        level = round(100 * bootstrap["interval"]["level"])
+        lines.append(f"  calibrated - raw, {level}% paired bootstrap ({bootstrap['resamples']} resamples):")
+        for key, d in sorted(bootstrap["differences"].items()):
+            lines.append(f"    {key:<6}{d['point']:+.4f}  [{d['lower']:+.4f}, {d['upper']:+.4f}]  {d['verdict']}")
     return "\n".join(lines)
