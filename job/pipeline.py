@@ -146,6 +146,8 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
             torch_info = configure_torch(s)
             with model_directory(resources.model) as model_dir:
                 tokenizer, model = load_model(model_dir, s)
+            # which forward ran: the packed re-implementation or transformers' own module
+            torch_info["forward"] = f"{type(model).__module__}.{type(model).__name__}"
             pad_id = int(tokenizer.pad_token_id or 0)
         with clock.stage("calibration-inference"):
             cal_out = _infer(model, pad_id, tokenizer, rows, pools[CAL], s, progress)
