@@ -26,6 +26,10 @@ test: ## run the whole test suite (unit + integration on ../shared/fixtures when
 test-fast: ## unit tests only
 	$(PY) -m pytest -q -m "not integration and not docker and not slow"
 
+lint: ## ruff + strict mypy (pip install ruff mypy types-jsonschema into .venv first)
+	$(PY) -m ruff check job bundle verify tests scripts
+	$(PY) -m mypy
+
 standin-run: ## full job on the stand-in resources: make standin-run OUT=DIR [KEY=signing-key.pem]
 	$(PY) -m job run --resources job/resources/standin.json --out $(OUT) $(if $(KEY),--signing-key $(KEY),--ephemeral-key)
 

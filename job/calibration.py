@@ -18,7 +18,8 @@ def log_softmax(z: F64) -> F64:
     """Row-wise log softmax, stable for large magnitudes."""
     m = z.max(axis=1, keepdims=True)
     shifted = z - m
-    return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    out: F64 = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    return out
 
 
 def softmax(z: F64) -> F64:

@@ -77,8 +77,8 @@ class PeakRss:
 
     @property
     def mb(self) -> float:
-        kernel = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
-        current = psutil.Process().memory_info().rss
+        kernel: int = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+        current = int(psutil.Process().memory_info().rss)
         return round(max(self._peak, kernel, current) / 2**20, 1)
 
 

@@ -162,8 +162,8 @@ def load_model(model_dir: Path, s: Settings) -> tuple[Any, Any]:
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         model = DistilBertClassifier.load(model_dir) if s.attn_implementation == "eager" else None

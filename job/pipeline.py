@@ -38,14 +38,14 @@ CAL, AUDIT = "calibration", "audit"
 
 
 def pools_record(protocol: Protocol, resources: Resources, rows: Rows, pools: dict[str, Pool]) -> dict[str, Any]:
-    members = {
+    members: dict[str, list[dict[str, Any]]] = {
         name: [{"idx": int(rows.ids[p]), "split_key": k, "text_sha256": rows.text_sha256[p]}
                for p, k in zip(pool.positions, pool.keys, strict=True)]
         for name, pool in pools.items()
     }
     seen: set[int] = set()
     for entries in members.values():
-        ids = {e["idx"] for e in entries}
+        ids = {int(e["idx"]) for e in entries}
         if seen & ids:
             raise JobError("The pools overlap; the split rule must give disjoint pools.")
         seen |= ids

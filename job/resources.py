@@ -121,7 +121,7 @@ def load_lock(path: Path) -> dict[str, Any]:
         validate(doc, "resource-lock")
     except BundleError as exc:
         raise JobError(f"The resource lock {path} does not follow schemas/resource-lock.schema.json: {exc}") from exc
-    return doc
+    return dict(doc)
 
 
 def resolve_local(lock_path: Path, protocol_res: dict[str, Any]) -> Resources:
@@ -153,7 +153,7 @@ def _protocol_pin(protocol_res: dict[str, Any], role: str, spec: dict[str, Any],
         return None
     for f in pinned["files"]:
         if f["path"] == path:
-            return f["sha256"]
+            return str(f["sha256"]) if f["sha256"] is not None else None
     return None
 
 

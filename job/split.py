@@ -6,6 +6,9 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+from numpy.typing import NDArray
+
 from job.errors import JobError
 
 
@@ -21,7 +24,7 @@ class Pool:
     keys: tuple[str, ...]
 
 
-def make_pools(prefix: str, ids: Sequence[int], sizes: Sequence[tuple[str, int]]) -> dict[str, Pool]:
+def make_pools(prefix: str, ids: Sequence[int] | NDArray[np.int64], sizes: Sequence[tuple[str, int]]) -> dict[str, Pool]:
     """Cut the rows, ordered by split key, into consecutive pools of the given sizes."""
     total = sum(size for _, size in sizes)
     if total != len(ids):
