@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bundle.errors import BundleError
-from bundle.schemas import validate
-from job.errors import JobError
+from job.documents import read_checked
 
 DEFAULT_PROTOCOL = Path(__file__).resolve().parent.parent / "provenance.json"
 
@@ -48,16 +45,5 @@ class Protocol:
 
 def load_protocol(path: Path = DEFAULT_PROTOCOL) -> Protocol:
     """Read, parse and schema-validate the protocol; its hash is fixed here, before inference."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise JobError(f"Cannot read the protocol {path}: {exc.strerror}; pass --protocol FILE.") from exc
-    try:
-        doc = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise JobError(f"The protocol {path} is not valid JSON ({exc}); fix the file.") from exc
-    try:
-        validate(doc, "protocol")
-    except BundleError as exc:
-        raise JobError(f"The protocol {path} does not follow schemas/protocol.schema.json: {exc}") from exc
+    raw, doc = read_checked(path, "protocol", "protocol", "--protocol")
     return Protocol(raw=raw, sha256=hashlib.sha256(raw).hexdigest(), doc=doc)

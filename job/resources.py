@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bundle.errors import BundleError
-from bundle.schemas import validate
+from job.documents import read_checked
 from job.errors import JobError
 from job.hashing import sha256_file
 from job.hub import Fetch, hub_fetch
@@ -111,17 +110,7 @@ def _profile(protocol_res: dict[str, Any], model: ResolvedRepo, dataset: Resolve
 
 def load_lock(path: Path) -> dict[str, Any]:
     """Read and schema-check a local resource lock (`--resources FILE`)."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise JobError(f"Cannot read the resource lock {path}: {exc.strerror}; check --resources.") from exc
-    except json.JSONDecodeError as exc:
-        raise JobError(f"The resource lock {path} is not valid JSON ({exc}); fix the file.") from exc
-    try:
-        validate(doc, "resource-lock")
-    except BundleError as exc:
-        raise JobError(f"The resource lock {path} does not follow schemas/resource-lock.schema.json: {exc}") from exc
-    return dict(doc)
+    return read_checked(path, "resource-lock", "resource lock", "--resources")[1]
 
 
 def resolve_local(lock_path: Path, protocol_res: dict[str, Any]) -> Resources:

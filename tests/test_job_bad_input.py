@@ -145,3 +145,15 @@ def test_ephemeral_key_signs_a_bundle_that_verifies(tmp_path, tiny_world, capsys
     assert "--trusted-key" in capsys.readouterr().out
     trusted = load_public_key(tmp_path / "out.key" / "signing-key.pub.pem")
     assert verify_path(out, Trust(key=trusted)).exit_code == 0
+
+
+@pytest.mark.parametrize("content,fragment", [
+    (b"{not json", "is not valid JSON"),
+    (b'{"protocol_version": 1}', "does not follow schemas/protocol.schema.json"),
+])
+def test_broken_protocol_is_refused_before_any_work(tmp_path, tiny_world, signing_key_dir, capsys, content, fragment):
+    _, lock = tiny_world
+    bad = tmp_path / "protocol.json"
+    bad.write_bytes(content)
+    out = tmp_path / "out"
+    assert_clean_failure(run(bad, lock, out, signing_key_dir), capsys, out, fragment, str(bad))

@@ -1,0 +1,28 @@
+"""Reading the JSON documents a user hands the job (protocol, resource lock), schema-checked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bundle.errors import BundleError
+from bundle.schemas import validate
+from job.errors import JobError
+
+
+def read_checked(path: Path, schema: str, label: str, option: str) -> tuple[bytes, dict[str, Any]]:
+    """(raw bytes, parsed object) of a JSON file that follows schemas/<schema>.schema.json."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise JobError(f"Cannot read the {label} {path}: {exc.strerror}; check {option}.") from exc
+    try:
+        doc = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise JobError(f"The {label} {path} is not valid JSON ({exc}); fix the file.") from exc
+    try:
+        validate(doc, schema)
+    except BundleError as exc:
+        raise JobError(f"The {label} {path} does not follow schemas/{schema}.schema.json: {exc}") from exc
+    return raw, doc
