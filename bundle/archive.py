@@ -11,13 +11,13 @@ import errno
 import gzip
 import os
 import secrets
-import stat
 import tarfile
 from pathlib import Path
 
 from bundle import layout
 from bundle.errors import BundleError, OutputExistsError
 from bundle.publish import rename_noreplace
+from bundle.tree import walk_regular
 
 
 def _epoch() -> int:
@@ -41,21 +41,7 @@ def _epoch() -> int:
 
 def _entries(bag: Path) -> list[tuple[str, Path, bool]]:
     """(relative POSIX path, full path, is_dir) of everything under bag, in tree order."""
-    out: list[tuple[str, Path, bool]] = []
-    for root, dirs, files in os.walk(bag):
-        for name in dirs + files:
-            full = Path(root, name)
-            rel = full.relative_to(bag).as_posix()
-            mode = full.lstat().st_mode
-            if stat.S_ISLNK(mode):
-                raise BundleError(
-                    f"{rel} in {bag} is a symbolic link; a bundle holds regular "
-                    "files only, so replace it with the file."
-                )
-            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-                raise BundleError(f"{rel} in {bag} is not a regular file or directory; remove it.")
-            out.append((rel, full, stat.S_ISDIR(mode)))
-    return sorted(out, key=lambda entry: entry[0].split("/"))
+    return sorted(walk_regular(bag, bag), key=lambda entry: entry[0].split("/"))
 
 
 def _info(name: str, *, is_dir: bool, size: int, mtime: int) -> tarfile.TarInfo:

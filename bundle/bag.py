@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import stat
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,6 +30,7 @@ from bundle.statement import (
     schemas_map,
     statement_bytes,
 )
+from bundle.tree import walk_regular
 
 __all__ = [
     "bagging_date",
@@ -60,24 +60,13 @@ def payload_files(bag: Path) -> list[str]:
     if not data.is_dir() or data.is_symlink():
         raise BundleError(f"{bag} has no data/ directory; write the payload under data/ first.")
     found: list[str] = []
-    for root, dirs, files in os.walk(data):
-        for name in sorted(dirs + files):
-            full = Path(root, name)
-            rel = full.relative_to(bag).as_posix()
-            mode = full.lstat().st_mode
-            if stat.S_ISLNK(mode):
-                raise BundleError(
-                    f"{rel} is a symbolic link; a bundle holds regular files only, "
-                    "so copy the file instead."
-                )
-            if _BAD_NAME.search(rel):
-                raise BundleError(
-                    f"{rel!r} has a control character, '%' or '\\' in its name; rename the file."
-                )
-            if stat.S_ISREG(mode):
-                found.append(rel)
-            elif not stat.S_ISDIR(mode):
-                raise BundleError(f"{rel} is not a regular file or directory; remove it.")
+    for rel, _, is_dir in walk_regular(data, bag):
+        if _BAD_NAME.search(rel):
+            raise BundleError(
+                f"{rel!r} has a control character, '%' or '\\' in its name; rename the file."
+            )
+        if not is_dir:
+            found.append(rel)
     return sorted(found)
 
 
