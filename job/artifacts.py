@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -9,8 +10,8 @@ from typing import Any
 import pyarrow as pa
 
 from bundle.canonical import dumps
+from bundle.digests import sha256_file
 from bundle.schemas import validate
-from job.hashing import sha256_bytes, sha256_file
 from job.predictions import write_predictions
 
 
@@ -32,7 +33,7 @@ class Artifacts:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        self.sha256[rel] = sha256_bytes(data)
+        self.sha256[rel] = hashlib.sha256(data).hexdigest()
         return self.sha256[rel]
 
     def write_json(self, rel: str, doc: dict[str, Any], schema: str) -> str:

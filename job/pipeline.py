@@ -8,13 +8,13 @@ from typing import Any
 
 import numpy as np
 
+from bundle.digests import sha256_file
 from job.artifacts import Artifacts
 from job.calibration import TemperatureFit, fit_temperature, softmax
 from job.dataset import Rows, load_rows
 from job.environment import PeakRss, StageClock, environment_record
 from job.errors import JobError
 from job.figures import render_figures
-from job.hashing import sha256_file
 from job.inference import (
     PoolOutput,
     Settings,
@@ -125,8 +125,8 @@ def stage(protocol: Protocol, name: str, consumed: dict[str, str], produced: dic
 
 def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: bool = True, *,
             signer_fingerprint: str | None = None, date_published: str | None = None,
-            ) -> tuple[dict[str, Any], TemperatureFit]:
-    """Run every stage into data_dir; return (metrics, fit). Signing and publishing happen elsewhere.
+            ) -> dict[str, Any]:
+    """Run every stage into data_dir; return the metrics. Signing and publishing happen elsewhere.
 
     signer_fingerprint: the key that will sign the bundle (recorded in ro-crate-metadata.json);
     date_published: the crate's datePublished (default bundle.bag.bagging_date())."""
@@ -197,7 +197,7 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
         date_published = bagging_date()
     art.write_bytes(CRATE, crate_bytes(data_dir, signer_fingerprint=signer_fingerprint,
                                        date_published=date_published))
-    return metrics, fit
+    return metrics
 
 
 def smoke(protocol: Protocol, resources: Resources) -> dict[str, Any]:

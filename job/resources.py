@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bundle.digests import sha256_file
 from job.documents import read_checked
 from job.errors import JobError
-from job.hashing import sha256_file
 from job.hub import Fetch, hub_fetch
 
 PINS_FILE = "first-use-pins.json"

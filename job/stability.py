@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from bundle.digests import sha256_file
 from job.calibration import fit_temperature, mean_nll
-from job.hashing import sha256_file
 from job.predictions import read_logits
 
 F64 = NDArray[np.float64]

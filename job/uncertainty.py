@@ -27,8 +27,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from bundle.canonical import loads_strict
+from bundle.digests import sha256_file
 from job.calibration import log_softmax
-from job.hashing import sha256_file
 from job.metrics import BINS, bin_index
 from job.predictions import read_logits
 
