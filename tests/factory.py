@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -87,6 +89,14 @@ def make_lock(path: Path, model_dir: Path, dataset: Path, rows: int, labels: lis
     }
     path.write_text(json.dumps(lock, indent=2))
     return path
+
+
+def edited_json(src: Path, out: Path, edit: Callable[[dict[str, Any]], None]) -> Path:
+    """A copy of the JSON file src at out, after edit(doc) changed the parsed document in place."""
+    doc = json.loads(src.read_text())
+    edit(doc)
+    out.write_text(json.dumps(doc, indent=2))
+    return out
 
 
 def make_world(root: Path, num_labels: int = 2, sizes: tuple[int, int, int] = (8, 20, 20)) -> tuple[Path, Path]:

@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from job.cli import main
-from tests.factory import make_lock, sha256
+from tests.factory import edited_json, make_lock, sha256
 
 
 def run(protocol: Path, lock: Path, out: Path, key_dir: Path) -> int:
@@ -30,15 +30,11 @@ def assert_clean_failure(rc: int, capsys, out: Path, *fragments: str) -> None:
 def with_dataset(tmp_path: Path, tiny_world, mutate) -> Path:
     """A lock whose dataset is the tiny one after `mutate(table) -> table`."""
     _, lock = tiny_world
-    doc = json.loads(lock.read_text())
-    src = Path(doc["dataset"]["files"][0]["local_path"])
-    table = mutate(pq.read_table(src))
+    src = Path(json.loads(lock.read_text())["dataset"]["files"][0]["local_path"])
     path = tmp_path / "bad.parquet"
-    pq.write_table(table, path)
-    doc["dataset"]["files"][0].update(local_path=str(path), size=path.stat().st_size, sha256=sha256(path))
-    bad = tmp_path / "lock.json"
-    bad.write_text(json.dumps(doc))
-    return bad
+    pq.write_table(mutate(pq.read_table(src)), path)
+    return edited_json(lock, tmp_path / "lock.json", lambda doc: doc["dataset"]["files"][0].update(
+        local_path=str(path), size=path.stat().st_size, sha256=sha256(path)))
 
 
 def test_existing_output_directory_is_refused_and_untouched(tmp_path, tiny_world, signing_key_dir, capsys):
@@ -62,10 +58,7 @@ def test_unwritable_output_location(tmp_path, tiny_world, signing_key_dir, capsy
 
 def test_hash_mismatch_in_lock(tmp_path, tiny_world, signing_key_dir, capsys):
     protocol, lock = tiny_world
-    doc = json.loads(lock.read_text())
-    doc["model"]["files"][0]["sha256"] = "f" * 64
-    bad = tmp_path / "lock.json"
-    bad.write_text(json.dumps(doc))
+    bad = edited_json(lock, tmp_path / "lock.json", lambda doc: doc["model"]["files"][0].update(sha256="f" * 64))
     out = tmp_path / "out"
     assert_clean_failure(run(protocol, bad, out, signing_key_dir), capsys, out, "expected " + "f" * 64)
 
@@ -86,10 +79,8 @@ def test_dataset_not_as_pinned(tmp_path, tiny_world, signing_key_dir, capsys, mu
 
 def test_pool_sizes_that_do_not_add_up(tmp_path, tiny_world, signing_key_dir, capsys):
     protocol, lock = tiny_world
-    doc = json.loads(protocol.read_text())
-    doc["split"]["pools"][0]["size"] -= 1
-    bad = tmp_path / "protocol.json"
-    bad.write_text(json.dumps(doc))
+    bad = edited_json(protocol, tmp_path / "protocol.json",
+                      lambda doc: doc["split"]["pools"][0].update(size=doc["split"]["pools"][0]["size"] - 1))
     out = tmp_path / "out"
     assert_clean_failure(run(bad, lock, out, signing_key_dir), capsys, out, "pool sizes add up to")
 
@@ -121,10 +112,7 @@ def test_missing_signing_key(tmp_path, tiny_world, capsys):
 
 def test_a_failed_run_leaves_no_throwaway_key(tmp_path, tiny_world, capsys):
     protocol, lock = tiny_world
-    doc = json.loads(lock.read_text())
-    doc["model"]["files"][0]["sha256"] = "e" * 64
-    bad = tmp_path / "lock.json"
-    bad.write_text(json.dumps(doc))
+    bad = edited_json(lock, tmp_path / "lock.json", lambda doc: doc["model"]["files"][0].update(sha256="e" * 64))
     out = tmp_path / "out"
     rc = main(["run", "--protocol", str(protocol), "--resources", str(bad), "--out", str(out),
                "--ephemeral-key", "--no-progress"])

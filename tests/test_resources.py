@@ -8,7 +8,7 @@ from job.errors import JobError
 from job.hub import hub_fetch
 from job.protocol import load_protocol
 from job.resources import PINS_FILE, resolve_hub, resolve_local
-from tests.factory import REPO, SHARED_FIXTURES, sha256
+from tests.factory import REPO, SHARED_FIXTURES, edited_json, sha256
 
 
 @pytest.fixture
@@ -97,10 +97,8 @@ def test_network_failure_is_one_clear_sentence(tmp_path, monkeypatch):
 
 def test_local_lock_missing_file(tmp_path, tiny_world):
     _, lock = tiny_world
-    doc = json.loads(lock.read_text())
-    doc["model"]["files"][0]["local_path"] = str(tmp_path / "nowhere.json")
-    bad = tmp_path / "lock.json"
-    bad.write_text(json.dumps(doc))
+    bad = edited_json(lock, tmp_path / "lock.json",
+                      lambda doc: doc["model"]["files"][0].update(local_path=str(tmp_path / "nowhere.json")))
     with pytest.raises(JobError, match="is missing: no file at"):
         resolve_local(bad, load_protocol().resources)
 
