@@ -67,9 +67,9 @@ def run_to_bundle(args: argparse.Namespace, protocol: Protocol, resources: Resou
 def _run_and_seal(args: argparse.Namespace, protocol: Protocol, resources: Resources, key: Any) -> dict[str, Any]:
     date = bagging_date()  # one date for the crate's datePublished and the bag's Bagging-Date
     with assembling(args.out) as staging:
-        metrics, _ = execute(protocol, resources, staging / "data", progress=not args.no_progress,
-                             signer_fingerprint=fingerprint(key) if key is not None else None,
-                             date_published=date)
+        metrics = execute(protocol, resources, staging / "data", progress=not args.no_progress,
+                          signer_fingerprint=fingerprint(key) if key is not None else None,
+                          date_published=date)
         seal(staging, description=f"Temperature-scaling calibration run under protocol {protocol.sha256[:16]} "
              f"({protocol.doc['name']}), profile {resources.profile}.",
              protocol_sha256=protocol.sha256, profile=resources.profile,
