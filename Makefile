@@ -26,7 +26,7 @@ test: ## run the whole test suite (unit + integration on ../shared/fixtures when
 test-fast: ## unit tests only
 	$(PY) -m pytest -q -m "not integration and not docker and not slow"
 
-lint: ## ruff + strict mypy (pip install ruff mypy types-jsonschema into .venv first)
+lint: ## ruff (lint rules and the line-length limit) + strict mypy; both pinned in requirements-dev.lock
 	$(PY) -m ruff check job bundle verify tests scripts
 	$(PY) -m mypy
 
