@@ -13,9 +13,12 @@ from typing import Any
 from bundle.digests import sha256_file
 from job.documents import read_checked
 from job.errors import JobError
-from job.hub import Fetch, hub_fetch
+from job.hub import Fetch, LfsLookup, hub_fetch, hub_lfs_sha256, offline
 
 PINS_FILE = "first-use-pins.json"
+LFS_PINS_FILE = "hub-lfs-pins.json"
+"""Cache files of pins the protocol lacks, "<repo_id>@<revision>/<path>" -> sha256: observed on first
+use, or published by the hub for an LFS file (so a verified cache is reused without asking the hub)."""
 
 
 @dataclass(frozen=True)
@@ -25,7 +28,7 @@ class ResolvedFile:
     size: int
     sha256: str
     pinned_sha256: str | None
-    pin: str  # "protocol" | "first-use" | "none"
+    pin: str  # "protocol" | "hub-lfs" | "first-use" | "none"
 
     @property
     def matches_pin(self) -> bool:
@@ -71,8 +74,11 @@ class Resources:
                 "model": self.model.record(), "dataset": self.dataset.record()}
 
 
-def check_file(label: str, local: Path, size: int | None, sha256: str | None) -> tuple[int, str]:
-    """Size and sha256 of `local`, raising a JobError naming expected vs found on any mismatch."""
+def check_file(label: str, local: Path, size: int | None, sha256: str | None,
+               pin_source: str = "the pinned file") -> tuple[int, str]:
+    """Size and sha256 of `local`, raising a JobError naming expected vs found on any mismatch.
+
+    `pin_source` says where `sha256` comes from, for the message."""
     if not local.is_file():
         raise JobError(f"{label} is missing: no file at {local}; fetch it with `python -m job prepare` "
                        "or fix the path in the resource lock.")
@@ -82,7 +88,7 @@ def check_file(label: str, local: Path, size: int | None, sha256: str | None) ->
                        "it is not the pinned file: fetch it again or fix the lock.")
     digest = sha256_file(local)
     if sha256 is not None and digest != sha256:
-        raise JobError(f"{label} at {local} has sha256 {digest}, expected {sha256}; "
+        raise JobError(f"{label} at {local} has sha256 {digest}, expected {sha256} ({pin_source}); "
                        "it is not the pinned file: fetch it again or fix the lock.")
     return found_size, digest
 
@@ -102,9 +108,9 @@ def _profile(protocol_res: dict[str, Any], model: ResolvedRepo, dataset: Resolve
             elif spec["sha256"] is not None and got.sha256 != spec["sha256"]:
                 deviations.append(f"The {role} file {spec['path']} has sha256 {got.sha256}, "
                                   f"not the pinned {spec['sha256']}.")
-            elif spec["sha256"] is None and got.pin != "first-use" and repo.repo_id == pinned["repo_id"]:
+            elif spec["sha256"] is None and got.pin not in ("hub-lfs", "first-use") and repo.repo_id == pinned["repo_id"]:
                 deviations.append(f"The {role} file {spec['path']} is unpinned in the protocol "
-                                  "and was not pinned on first use.")
+                                  "and was pinned neither by the hub's LFS sha256 nor on first use.")
     return ("formal" if not deviations else "other"), tuple(deviations)
 
 
@@ -146,13 +152,13 @@ def _protocol_pin(protocol_res: dict[str, Any], role: str, spec: dict[str, Any],
     return None
 
 
-def _read_pins(cache: Path) -> dict[str, str]:
+def _read_pins(path: Path) -> dict[str, str]:
     try:
-        return dict(json.loads((cache / PINS_FILE).read_text(encoding="utf-8")))
+        return dict(json.loads(path.read_text(encoding="utf-8")))
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
-        raise JobError(f"The first-use pin file {cache / PINS_FILE} is unreadable ({exc}); "
+        raise JobError(f"The pin file {path} is unreadable ({exc}); "
                        "restore it from the observed-pins.json you saved, or delete it to pin again.") from exc
 
 
@@ -164,47 +170,77 @@ def _write_json_atomic(path: Path, doc: dict[str, Any]) -> None:
 
 
 def resolve_hub(protocol_res: dict[str, Any], cache: Path, fetch: Fetch = hub_fetch,
-                pins_out: Path | None = None) -> Resources:
+                pins_out: Path | None = None, lfs: LfsLookup = hub_lfs_sha256) -> Resources:
     """Resources from the hub cache at the pinned revisions, downloading what is missing.
 
-    A file the protocol leaves unpinned is pinned on first use: its observed sha256 is stored in
-    the cache, announced on stderr, and written to `pins_out` so the user can commit it.
+    A file the protocol leaves unpinned is pinned by the sha256 the hub publishes for it when it
+    is an LFS file (pin "hub-lfs"; asked once, at the pinned revision, then kept in the cache), and
+    otherwise on first use (pin "first-use"). Every file must match its pin; a file that does not is
+    evicted from the cache. New pins are stored in the cache, announced on stderr, and written to
+    `pins_out` so the user can commit them into the protocol.
     """
-    pins = _read_pins(cache)
-    new_pins: dict[str, str] = {}
+    first_use = _read_pins(cache / PINS_FILE)
+    hub_lfs = _read_pins(cache / LFS_PINS_FILE)
+    new_first_use: dict[str, str] = {}
+    new_hub_lfs: dict[str, str] = {}
     repos = {}
     for role in ("model", "dataset"):
         spec = protocol_res[role]
+        prefix = f"{spec['repo_id']}@{spec['revision']}/"
+        unknown = [f["path"] for f in spec["files"] if f["sha256"] is None and prefix + f["path"] not in hub_lfs]
+        if unknown and not offline():
+            published = lfs(spec["repo_id"], spec["repo_type"], spec["revision"], unknown)
+            new_hub_lfs.update({prefix + path: digest for path, digest in sorted(published.items())})
+            hub_lfs.update(new_hub_lfs)
         files = []
         for f in spec["files"]:
-            key = f"{spec['repo_id']}@{spec['revision']}/{f['path']}"
-            pinned = f["sha256"] or pins.get(key)
+            key = prefix + f["path"]
+            if f["sha256"] is not None:
+                pin, pinned, source = "protocol", f["sha256"], "the protocol's pin"
+            elif key in hub_lfs:
+                pin, pinned, source = "hub-lfs", hub_lfs[key], "the hub's published LFS sha256"
+            else:
+                pin, pinned, source = "first-use", first_use.get(key), "the sha256 pinned on first use"
             local = fetch(spec["repo_id"], spec["repo_type"], spec["revision"], f["path"], cache / "hub")
             try:
-                size, digest = check_file(f"{role} file {f['path']} ({spec['repo_id']})", local, f["size"], pinned)
+                size, digest = check_file(f"{role} file {f['path']} ({spec['repo_id']})", local, f["size"],
+                                          pinned, source)
             except JobError:
                 _evict(local)
                 raise
-            pin = "protocol" if f["sha256"] else "first-use"
             if pinned is None:
-                new_pins[key] = digest
+                new_first_use[key] = digest
                 pinned = digest
             files.append(ResolvedFile(f["path"], local, size, digest, pinned, pin))
         repos[role] = ResolvedRepo(spec["repo_id"], spec["repo_type"], spec["revision"], "hub", tuple(files))
-    if new_pins:
-        pins.update(new_pins)
-        _write_json_atomic(cache / PINS_FILE, pins)
-        if pins_out is not None:
-            _write_json_atomic(pins_out, new_pins)
-        for key, digest in new_pins.items():
-            print(f"WARNING: {key} has no published sha256; PINNED ON FIRST USE to {digest}. "
-                  f"Commit this value into provenance.json (also written to {pins_out or cache / PINS_FILE}).",
-                  file=sys.stderr)
+    _store_pins(cache, pins_out, new_first_use, new_hub_lfs, first_use, hub_lfs)
     profile, deviations = _profile(protocol_res, repos["model"], repos["dataset"])
     ds = protocol_res["dataset"]
     return Resources(repos["model"], repos["dataset"],
                      {"rows": ds["rows"], "columns": ds["columns"], "labels": ds["labels"]},
                      profile, deviations)
+
+
+def _store_pins(cache: Path, pins_out: Path | None, new_first_use: dict[str, str], new_hub_lfs: dict[str, str],
+                first_use: dict[str, str], hub_lfs: dict[str, str]) -> None:
+    """Keep new pins in the cache, write them all to `pins_out`, and say so on stderr."""
+    if new_hub_lfs:
+        _write_json_atomic(cache / LFS_PINS_FILE, hub_lfs)
+    if new_first_use:
+        first_use.update(new_first_use)
+        _write_json_atomic(cache / PINS_FILE, first_use)
+    if not (new_first_use or new_hub_lfs):
+        return
+    if pins_out is not None:
+        _write_json_atomic(pins_out, {**new_hub_lfs, **new_first_use})
+    where = pins_out or cache
+    for key, digest in new_hub_lfs.items():
+        print(f"{key} is pinned to {digest}, the sha256 the hub publishes for this LFS file; "
+              f"commit it into provenance.json (also written to {where}).", file=sys.stderr)
+    for key, digest in new_first_use.items():
+        print(f"WARNING: {key} has no published sha256; PINNED ON FIRST USE to {digest}. "
+              f"Commit this value into provenance.json (also written to {where}).",
+              file=sys.stderr)
 
 
 def _evict(local: Path) -> None:

@@ -40,7 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RUNTIME_LOCK = ROOT / "requirements.lock"
 DEV_LOCK = ROOT / "requirements-dev.lock"
 # Dev/test tools that are not in pyproject's [test] extra (used by tests/CI only).
-EXTRA_DEV = ["roc-validator", "ruff==0.17.6", "mypy==2.4.1", "types-jsonschema==4.26.0.20261006"]
+EXTRA_DEV = ["roc-validator", "ruff==0.17.6", "mypy==2.4.1", "types-jsonschema==4.26.0.20261006",
+             "check-jsonschema==0.39.0"]
 # Dev packages allowed (and only these) as sdists: bagit's last wheel (1.8.1) imports
 # pkg_resources, which current setuptools no longer ships; 1.9.0 is an sdist only.
 # Runtime packages are always wheels (the image builds offline from the wheelhouse).

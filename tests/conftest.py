@@ -1,12 +1,35 @@
 from __future__ import annotations
 
+import functools
 import shutil
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests import goldens
 from tests.factory import make_world
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-goldens", metavar="REASON", default=None,
+                     help="rewrite the golden digests (tests/goldens/) that this run changes and append "
+                          "REASON to tests/goldens/CHANGELOG.md")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    reason = config.getoption("--update-goldens")
+    if reason is not None and not reason.strip():
+        raise pytest.UsageError("--update-goldens needs a reason, e.g. --update-goldens='torch 2.14 changes GEMM "
+                                "rounding'; it is written to tests/goldens/CHANGELOG.md.")
+
+
+@pytest.fixture(scope="session")
+def golden(pytestconfig: pytest.Config) -> Callable[[str, Path], None]:
+    """golden(run, bundle): fail unless the bundle's logits, temperature and metrics have the
+    committed digests of `run` (tests.goldens.compare; --update-goldens rewrites them)."""
+    return functools.partial(goldens.compare, update_reason=pytestconfig.getoption("--update-goldens"))
 
 
 @pytest.fixture(autouse=True)

@@ -1,17 +1,19 @@
 """The real download path (huggingface_hub, pinned revision, sha256 check) against a local
-hub that speaks the resolve protocol on loopback."""
+hub that speaks the resolve and paths-info protocols on loopback."""
 
 import functools
 import hashlib
 import http.server
+import json
 import threading
+import urllib.parse
 from pathlib import Path
 from typing import ClassVar
 
 import pytest
 
 from job.errors import JobError
-from job.hub import hub_fetch
+from job.hub import hub_fetch, hub_lfs_sha256
 from job.protocol import load_protocol
 from job.resources import resolve_hub
 from tests.factory import sha256
@@ -20,9 +22,12 @@ REVISION_MODEL = load_protocol().resources["model"]["revision"]
 
 
 class LocalHub(http.server.BaseHTTPRequestHandler):
-    """Serves /{repo}/resolve/{rev}/{file} and /datasets/{repo}/resolve/{rev}/{file}."""
+    """Serves /{repo}/resolve/{rev}/{file} and /datasets/{repo}/resolve/{rev}/{file}, and answers
+    POST /api/{models|datasets}/{repo}/paths-info/{rev} as the hub does: LFS files (those named in
+    `lfs`) carry "lfs": {"oid": sha256, ...}, with the sha256 `lfs` maps them to."""
 
     files: ClassVar[dict[str, bytes]] = {}
+    lfs: ClassVar[dict[str, str]] = {}  # resolve URL path -> the sha256 the hub publishes
     requests: ClassVar[list[str]] = []
 
     def _lookup(self) -> bytes | None:
@@ -53,24 +58,47 @@ class LocalHub(http.server.BaseHTTPRequestHandler):
         self._headers(body)
         self.wfile.write(body)
 
+    def do_POST(self) -> None:
+        self.requests.append(f"POST {self.path}")
+        api, _, rev = self.path.split("?")[0].partition("/paths-info/")
+        kind, _, repo = api.removeprefix("/api/").partition("/")
+        form = urllib.parse.parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())
+        prefix = {"models": "", "datasets": "datasets/"}.get(kind)
+        entries = []
+        for path in form.get("paths", []):
+            url = f"/{prefix}{repo}/resolve/{rev}/{path}"
+            if prefix is None or url not in self.files:
+                continue
+            entry = {"type": "file", "path": path, "size": len(self.files[url]), "oid": "0" * 40}
+            if url in self.lfs:
+                entry["lfs"] = {"oid": self.lfs[url], "size": len(self.files[url]), "pointerSize": 134}
+            entries.append(entry)
+        body = json.dumps(entries if prefix is not None else {"error": "Repository not found"}).encode()
+        self.send_response(200 if prefix is not None else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
     def log_message(self, *args: object) -> None:
         pass
 
 
 @pytest.fixture
 def local_hub(tiny_world, monkeypatch):
-    import json
-
     monkeypatch.delenv("HF_HUB_OFFLINE")
     _, lock = tiny_world
     doc = json.loads(lock.read_text())
     proto = load_protocol().resources
-    files = {}
+    files, lfs = {}, {}
     for role, prefix in (("model", ""), ("dataset", "datasets/")):
         spec = proto[role]
         for f in doc[role]["files"]:
-            files[f"/{prefix}{spec['repo_id']}/resolve/{spec['revision']}/{f['path']}"] = Path(f["local_path"]).read_bytes()
-    LocalHub.files, LocalHub.requests = files, []
+            url = f"/{prefix}{spec['repo_id']}/resolve/{spec['revision']}/{f['path']}"
+            files[url] = Path(f["local_path"]).read_bytes()
+            if f["path"].endswith((".safetensors", ".parquet")):  # what the hub stores in LFS
+                lfs[url] = hashlib.sha256(files[url]).hexdigest()
+    LocalHub.files, LocalHub.lfs, LocalHub.requests = files, lfs, []
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), LocalHub)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -94,17 +122,61 @@ def test_download_at_the_pinned_revision_then_reuse_the_cache_without_network(lo
     endpoint, doc = local_hub
     res = protocol_for(doc)
     fetch = functools.partial(hub_fetch, endpoint=endpoint)
-    got = resolve_hub(res, tmp_path / "cache", fetch=fetch, pins_out=tmp_path / "pins.json")
+    got = resolve_hub(res, tmp_path / "cache", fetch=fetch, pins_out=tmp_path / "pins.json", lfs=lfs_at(endpoint))
     assert got.profile == "formal"
     assert any(r.startswith("GET /distilbert/") and REVISION_MODEL in r for r in LocalHub.requests)
+    weights = next(f for f in got.model.files if f.path == "model.safetensors")
+    assert weights.pin == "hub-lfs" and weights.pinned_sha256 == weights.sha256
+    assert f"POST /api/models/{res['model']['repo_id']}/paths-info/{REVISION_MODEL}" in LocalHub.requests
     for f in got.model.files + got.dataset.files:
         assert sha256(f.local) == f.sha256
         assert (tmp_path / "cache" / "hub") in f.local.parents
     LocalHub.requests.clear()
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    again = resolve_hub(res, tmp_path / "cache", fetch=fetch)
+    again = resolve_hub(res, tmp_path / "cache", fetch=fetch, lfs=lfs_at(endpoint))
     assert LocalHub.requests == [], "a verified cache is reused with no network call"
     assert again.record() == got.record()
+
+
+def lfs_at(endpoint: str):
+    return functools.partial(hub_lfs_sha256, endpoint=endpoint)
+
+
+def test_weights_are_pinned_by_the_hubs_lfs_sha256_and_recorded_as_such(local_hub, tmp_path, capsys):
+    endpoint, doc = local_hub
+    res = protocol_for(doc)
+    got = resolve_hub(res, tmp_path / "cache", fetch=functools.partial(hub_fetch, endpoint=endpoint),
+                      pins_out=tmp_path / "pins.json", lfs=lfs_at(endpoint))
+    pins = {f["path"]: f["pin"] for f in got.record()["model"]["files"]}
+    assert pins == {"config.json": "protocol", "tokenizer_config.json": "protocol", "vocab.txt": "protocol",
+                    "model.safetensors": "hub-lfs"}
+    weights = next(f for f in got.model.files if f.path == "model.safetensors")
+    key = f"{res['model']['repo_id']}@{REVISION_MODEL}/model.safetensors"
+    assert json.loads((tmp_path / "pins.json").read_text()) == {key: weights.sha256}
+    err = capsys.readouterr().err
+    assert "hub publishes" in err and "FIRST USE" not in err
+
+
+def test_a_download_that_differs_from_the_hubs_lfs_sha256_is_refused_and_evicted(local_hub, tmp_path):
+    endpoint, doc = local_hub
+    res = protocol_for(doc)
+    url = next(u for u in LocalHub.files if u.endswith("/model.safetensors"))
+    real = LocalHub.lfs[url]
+    LocalHub.lfs[url] = "b" * 64  # the hub publishes one hash, the download has another
+    with pytest.raises(JobError) as err:
+        resolve_hub(res, tmp_path / "cache", fetch=functools.partial(hub_fetch, endpoint=endpoint),
+                    pins_out=tmp_path / "pins.json", lfs=lfs_at(endpoint))
+    msg = str(err.value)
+    assert "model.safetensors" in msg and real in msg and "b" * 64 in msg and "LFS" in msg
+    assert "\n" not in msg
+    assert not any(p.exists() for p in (tmp_path / "cache").rglob("model.safetensors"))
+    assert not (tmp_path / "pins.json").exists()
+
+
+def test_an_unreachable_paths_info_api_is_one_sentence(local_hub, tmp_path):
+    endpoint, _ = local_hub
+    with pytest.raises(JobError, match=r"Cannot read the LFS sha256 of model\.safetensors .*check the network"):
+        hub_lfs_sha256("distilbert/x", "space", REVISION_MODEL, ["model.safetensors"], endpoint=endpoint)
 
 
 def test_a_download_with_the_wrong_hash_is_refused_and_evicted(local_hub, tmp_path):
@@ -112,7 +184,8 @@ def test_a_download_with_the_wrong_hash_is_refused_and_evicted(local_hub, tmp_pa
     res = protocol_for(doc)
     res["model"]["files"][0]["sha256"] = "a" * 64
     with pytest.raises(JobError, match=r"config\.json.*expected a{64}"):
-        resolve_hub(res, tmp_path / "cache", fetch=functools.partial(hub_fetch, endpoint=endpoint))
+        resolve_hub(res, tmp_path / "cache", fetch=functools.partial(hub_fetch, endpoint=endpoint),
+                    lfs=lfs_at(endpoint))
     leftovers = [p for p in (tmp_path / "cache").rglob("config.json")]
     assert not any(p.exists() for p in leftovers)
 

@@ -32,6 +32,10 @@ def two_runs(tmp_path_factory, signing_key_dir):
     return outs
 
 
+def test_standin_run_matches_its_golden_digests(two_runs, golden):
+    golden("standin", two_runs[0])
+
+
 def test_pools_are_256_256_360_and_disjoint(two_runs):
     pools = json.loads((two_runs[0] / "data" / "pools.json").read_text())
     assert pools["sizes"] == {"explore": 256, "calibration": 256, "audit": 360}

@@ -5,6 +5,9 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +15,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle import layout
-from bundle.dsse import sign_envelope
+from bundle.dsse import envelope_payload, sign_envelope
 from bundle.errors import BundleError, SchemaViolation
 from bundle.examples import REPO_PROTOCOL, example_documents
 from bundle.schemas import (
@@ -194,3 +197,75 @@ def test_nullable_and_enum_fields(good: dict[str, Any]) -> None:
 def test_unknown_schema_name() -> None:
     with pytest.raises(BundleError, match="Unknown schema 'bench'"):
         validate({}, "bench")
+
+
+CHECK_JSONSCHEMA = Path(sys.executable).with_name("check-jsonschema")
+DEAD_PROXY = "http://127.0.0.1:9"  # the discard port: any download through it fails at once
+
+
+def _bundle_documents(bundle: Path, lock: Path, out: Path) -> dict[str, Path]:
+    """Schema name -> a document of that kind from a real bundle (the statement decoded from the
+    envelope), and the resource lock the bundle was run with."""
+    docs = {name: bundle / path for path, name in layout.PAYLOAD_SCHEMAS.items()}
+    envelope = bundle / layout.PROVENANCE
+    docs["envelope"] = envelope
+    _, payload = envelope_payload(json.loads(envelope.read_bytes()))
+    statement = json.loads(payload)
+    docs["statement"] = out / "statement.json"
+    docs["statement"].write_bytes(payload)
+    docs["predicate"] = out / "predicate.json"
+    docs["predicate"].write_text(json.dumps(statement["predicate"]))
+    docs["resource-lock"] = lock
+    return docs
+
+
+def _check_jsonschema(schema: str, document: Path, home: Path) -> subprocess.CompletedProcess[str]:
+    """The installed check-jsonschema console script, with no cache and every proxy dead, so a $ref
+    it would have to download fails instead of reaching the network."""
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    env.update(HOME=str(home), XDG_CACHE_HOME=str(home / "cache"), NO_PROXY="", no_proxy="",
+               HTTP_PROXY=DEAD_PROXY, HTTPS_PROXY=DEAD_PROXY, ALL_PROXY=DEAD_PROXY)
+    return subprocess.run(
+        [str(CHECK_JSONSCHEMA), "--no-cache", "--schemafile", str(SCHEMA_DIR / f"{schema}.schema.json"),
+         str(document)],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def bundle_documents(tiny_bundle: Path, tiny_world: tuple[Path, Path],
+                     tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return _bundle_documents(tiny_bundle, tiny_world[1], tmp_path_factory.mktemp("documents"))
+
+
+def test_bundle_documents_cover_every_schema(bundle_documents: dict[str, Path]) -> None:
+    assert sorted(bundle_documents) == sorted(SCHEMA_NAMES)
+    assert all(p.is_file() for p in bundle_documents.values())
+
+
+@pytest.mark.parametrize("name", SCHEMA_NAMES)
+def test_check_jsonschema_validates_a_real_document_offline(
+    name: str, bundle_documents: dict[str, Path], tmp_path: Path
+) -> None:
+    done = _check_jsonschema(name, bundle_documents[name], tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_check_jsonschema_rejects_a_statement_whose_predicate_breaks_its_schema(
+    bundle_documents: dict[str, Path], tmp_path: Path
+) -> None:
+    statement = json.loads(bundle_documents["statement"].read_bytes())
+    statement["predicate"]["resources"]["model"]["files"][0]["pin"] = "trusted"
+    bad = tmp_path / "statement.json"
+    bad.write_text(json.dumps(statement))
+    done = _check_jsonschema("statement", bad, tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "trusted" in done.stdout + done.stderr
+
+
+def test_statement_embeds_the_predicate_schema_it_refers_to() -> None:
+    statement = load_schema("statement")
+    assert statement["properties"]["predicate"] == {"$ref": schema_id("predicate")}
+    assert statement["$defs"]["predicate"] == load_schema("predicate"), (
+        "schemas/statement.schema.json's $defs.predicate must be a copy of schemas/predicate.schema.json"
+    )
