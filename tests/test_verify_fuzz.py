@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.verify_tamper import Keys, base, synthetic_bag, verify_keys  # noqa: F401
-from verify import bag as bagmod
+from verify import tree as bagmod
 from verify.checks import Trust, verify_tree
 from verify.result import EXIT_OK, EXIT_UNTRUSTED, exit_code
 

@@ -37,12 +37,16 @@ def load_public_key_pem(data: bytes, source: str) -> Ed25519PublicKey:
 
 
 def load_trusted_key(path: str) -> Ed25519PublicKey:
+    """The user's trust anchor, an Ed25519 public key PEM file; InputError when unusable."""
     try:
         with open(path, "rb") as fh:
             data = fh.read(64 * 1024)
     except OSError as exc:
         raise InputError(f"the trusted key {path} cannot be read ({exc.strerror}); pass the "
                          "signer's public key PEM.") from exc
+    if b"PRIVATE KEY-----" in data:
+        raise InputError(f"the trusted key {path} holds a private key; pass the signer's public "
+                         "key PEM and keep the private key secret.")
     try:
         return load_public_key_pem(data, f"the trusted key {path}")
     except Failed as exc:
