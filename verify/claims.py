@@ -83,6 +83,5 @@ def check(predicate: dict[str, Any], ctx: Context) -> str:
 
 
 def predicate_claims(ctx: Context) -> str:
-    """Every claim of the signed predicate restates the payload; its schema pins are the
-    verifier's schemas."""
+    """Every claim of the signed predicate restates the payload and the verifier's schemas."""
     return check(ctx.doc("predicate"), ctx)

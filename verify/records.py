@@ -137,8 +137,7 @@ def check_audit_after_fit(stages: dict[str, Any], temperature_sha: str, audit_sh
 # -- the checks (verify/checks.py lists them in order) ---------------------------------------
 
 def protocol_hash(ctx: Context) -> str:
-    """bag-info.txt, every record, every stage and the predicate name the sha256 of
-    data/protocol.json."""
+    """bag-info.txt, every record, every stage and the predicate name the sha256 of data/protocol.json."""
     sha = ctx.sha(layout.PROTOCOL_JSON)
     named: dict[str, str] = {}
     info = ctx.need(ctx.info, "bag-info.txt")
@@ -184,8 +183,7 @@ def stage_records(ctx: Context) -> str:
 
 
 def audit_after_fit(ctx: Context) -> str:
-    """Audit inference consumed the temperature the fit produced, and nothing touched the audit
-    pool before."""
+    """Audit inference consumed the fit's temperature; nothing touched the audit pool before."""
     return check_audit_after_fit(
         ctx.doc(layout.STAGES_JSON), ctx.sha(layout.TEMPERATURE_JSON),
         ctx.sha(layout.AUDIT_PREDICTIONS), ctx.sha(layout.CALIBRATION_PREDICTIONS))

@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -15,11 +14,10 @@ from referencing import Registry, Resource
 from bundle import layout
 from bundle.canonical import dumps, loads_strict
 from bundle.errors import CanonicalJSONError
+from bundle.schemas import SCHEMA_DIR
 from verify import bag
 from verify.context import Context
 from verify.result import Failed
-
-SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
 
 
 @functools.cache
@@ -87,8 +85,7 @@ def json_files(ctx: Context) -> list[dict[str, str]]:
 
 
 def json_file(ctx: Context, path: str, name: str) -> str:
-    """A JSON payload file is strict JSON, canonical (except protocol.json) and valid against
-    the verifier's own schema."""
+    """A JSON payload file: strict, canonical (but protocol.json), valid against our schema."""
     tree = ctx.bag()
     if path not in tree.files:
         raise Failed(f"{path} is missing.")

@@ -178,8 +178,7 @@ def envelope(ctx: Context) -> str:
 
 
 def valid(ctx: Context) -> str:
-    """Ed25519 over PAE of the exact payload bytes by signer.pub.pem, whose fingerprint the
-    envelope and bag-info.txt name; the statement and predicate types."""
+    """Ed25519 over PAE of the exact payload by signer.pub.pem, the key the bag names."""
     tree = ctx.bag()
     env = ctx.need(ctx.envelope, "the envelope")
     if layout.SIGNER_PUB not in tree.files:
@@ -209,8 +208,7 @@ def signed_subjects(ctx: Context) -> str:
 
 
 def trusted_signer(ctx: Context) -> str:
-    """The signer is the trusted key (signature re-verified with it) or has the trusted
-    fingerprint; skipped when no trust anchor is given."""
+    """The signer is the trusted key or has the trusted fingerprint; skipped without either."""
     env = ctx.need(ctx.envelope, "the envelope")
     fp = ctx.need(ctx.signer_fingerprint, "a valid signature")
     if ctx.trust.key is not None:

@@ -47,6 +47,15 @@ def read_tree(root: Path) -> BagTree:
     if not stat.S_ISDIR(st.st_mode):
         raise InputError(f"{root} is not a folder; pass a bag folder or a bundle .tar.gz.")
     tree = BagTree(root=root)
+    try:
+        _walk(root, tree)
+    except OSError as exc:
+        raise InputError(f"{exc.filename or root} cannot be read ({exc.strerror}); make every file "
+                         "of the bag readable, or pass its .tar.gz.") from exc
+    return tree
+
+
+def _walk(root: Path, tree: BagTree) -> None:
     stack = [""]
     count = 0
     while stack:
@@ -72,4 +81,3 @@ def read_tree(root: Path) -> BagTree:
                         tree.files[rel] = fh.read()
                 else:
                     tree.special.append(rel)
-    return tree
