@@ -1,4 +1,6 @@
-"""BagIt 1.0 tag files for a bundle (FORMAT.md "Tag files"): write them around a payload, read them.
+"""BagIt 1.0 tag files for a bundle (FORMAT.md "Tag files"), written around a payload.
+
+This is the writer only: the one reader of the format is verify/ (verify/README.md).
 
 `seal` turns a staging directory that holds data/... into a complete bag: bagit.txt, bag-info.txt,
 both payload manifests, and, when a key is given, the signed statement (provenance.intoto.json)
@@ -38,19 +40,13 @@ __all__ = [
     "file_digests",
     "format_bag_info",
     "format_manifest",
-    "parse_bag_info",
-    "parse_manifest",
     "payload_files",
-    "read_bag_info",
-    "read_manifest",
-    "read_text",
     "seal",
     "sha256_file",
 ]
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _BAD_NAME = re.compile(r"[\x00-\x1f\x7f%\\]")
-_DIGEST_LEN = {"sha256": 64, "sha512": 128}
 
 
 def payload_files(bag: Path) -> list[str]:
@@ -89,26 +85,6 @@ def format_manifest(digests: Mapping[str, str]) -> str:
     return "".join(f"{digests[path]}  {path}\n" for path in sorted(digests))
 
 
-def parse_manifest(text: str, *, algorithm: str, source: str) -> dict[str, str]:
-    """{path: hex} from manifest text; raise BundleError on a malformed or repeated line."""
-    length = _DIGEST_LEN[algorithm]
-    out: dict[str, str] = {}
-    if text and not text.endswith("\n"):
-        raise BundleError(f"{source} does not end with a newline; the file was truncated.")
-    for number, line in enumerate(text.splitlines(), start=1):
-        digest, _, path = line.partition(" ")
-        path = path.lstrip(" ")
-        if len(digest) != length or not re.fullmatch(r"[0-9a-f]+", digest) or not path:
-            raise BundleError(
-                f"{source} line {number} is not '<{algorithm} hex>  <path>'; "
-                "the manifest is damaged."
-            )
-        if path in out:
-            raise BundleError(f"{source} lists {path} twice; the manifest is damaged.")
-        out[path] = digest
-    return out
-
-
 def format_bag_info(fields: list[tuple[str, str]]) -> str:
     """bag-info.txt text, one "Label: value" line per field, in the given order."""
     for label, value in fields:
@@ -117,45 +93,6 @@ def format_bag_info(fields: list[tuple[str, str]]) -> str:
                 f"bag-info.txt field {label} must be a single line; remove line breaks from it."
             )
     return "".join(f"{label}: {value}\n" for label, value in fields)
-
-
-def parse_bag_info(text: str, *, source: str = layout.BAG_INFO) -> dict[str, str]:
-    """{label: value} from bag-info.txt; raise BundleError on a malformed or repeated label."""
-    out: dict[str, str] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        label, sep, value = line.partition(": ")
-        if not sep or not label or label != label.strip():
-            raise BundleError(f"{source} line {number} is not 'Label: value'; the file is damaged.")
-        if label in out:
-            raise BundleError(f"{source} repeats the label {label}; the file is damaged.")
-        out[label] = value
-    return out
-
-
-def read_text(bag: Path, name: str) -> str:
-    """A tag file's UTF-8 text; raise BundleError if missing or not UTF-8."""
-    path = Path(bag) / name
-    try:
-        return path.read_bytes().decode("utf-8")
-    except FileNotFoundError as exc:
-        raise BundleError(f"{name} is missing from {bag}; the bundle is incomplete.") from exc
-    except UnicodeDecodeError as exc:
-        raise BundleError(f"{name} in {bag} is not UTF-8; the bundle is damaged.") from exc
-    except OSError as exc:
-        raise BundleError(f"Cannot read {name} in {bag} ({exc.strerror}).") from exc
-
-
-def read_manifest(bag: Path, name: str) -> dict[str, str]:
-    """Parsed manifest-<alg>.txt or tagmanifest-<alg>.txt of a bag."""
-    algorithm = name.rsplit("-", 1)[-1].removesuffix(".txt")
-    if algorithm not in _DIGEST_LEN:
-        raise BundleError(f"{name} uses an algorithm this format does not define; use sha256.")
-    return parse_manifest(read_text(bag, name), algorithm=algorithm, source=name)
-
-
-def read_bag_info(bag: Path) -> dict[str, str]:
-    """Parsed bag-info.txt of a bag."""
-    return parse_bag_info(read_text(bag, layout.BAG_INFO))
 
 
 def _write(bag: Path, name: str, data: bytes) -> None:

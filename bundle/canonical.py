@@ -111,14 +111,6 @@ def loads_strict(data: bytes | str, *, source: str = "The document") -> Any:
         raise CanonicalJSONError(f"{source} is nested too deeply to parse; regenerate it.") from exc
 
 
-def is_canonical(data: bytes) -> bool:
-    """True when `data` is strict JSON and byte-identical to its canonical re-serialization."""
-    try:
-        return dumps(loads_strict(data)) == data
-    except CanonicalJSONError:
-        return False
-
-
 def require_canonical(data: bytes, *, source: str) -> Any:
     """Parse `data` strictly and require it to be canonical; return the parsed document."""
     doc = loads_strict(data, source=source)

@@ -23,9 +23,5 @@ class KeyFileError(BundleError):
     """A signing or public key file is missing, unreadable, locked or of the wrong type."""
 
 
-class SignatureError(BundleError):
-    """A DSSE envelope is malformed or its signature does not verify."""
-
-
 class OutputExistsError(BundleError):
     """The output path already exists; nothing is ever overwritten."""

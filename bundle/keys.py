@@ -1,8 +1,9 @@
-"""Ed25519 signing keys: generate, load (with one-sentence errors), fingerprint.
+"""Ed25519 signing keys: generate, load the private key (with one-sentence errors), fingerprint.
 
 Private keys are PKCS#8 PEM (optionally encrypted with a passphrase read from an environment
-variable); public keys are SubjectPublicKeyInfo PEM. The fingerprint, used as the DSSE keyid and
-in bag-info.txt, is the sha256 hex of the raw 32-byte public key.
+variable); public keys are written as SubjectPublicKeyInfo PEM, which only verify/ reads. The
+fingerprint, used as the DSSE keyid and in bag-info.txt, is the sha256 hex of the raw 32-byte
+public key.
 """
 
 from __future__ import annotations
@@ -170,30 +171,3 @@ def load_private_key(path: Path, passphrase_env: str = PASSPHRASE_ENV) -> Ed2551
     if not isinstance(key, Ed25519PrivateKey):
         raise _wrong_type(path, key)
     return key
-
-
-def load_public_key_bytes(data: bytes, *, source: str) -> Ed25519PublicKey:
-    """Parse a SubjectPublicKeyInfo PEM Ed25519 public key; `source` names it in errors."""
-    if b"PRIVATE KEY-----" in data:
-        raise KeyFileError(
-            f"{source} holds a private key; pass the public key "
-            f"({PUBLIC_KEY_NAME}) instead and keep the private key secret."
-        )
-    try:
-        key = serialization.load_pem_public_key(data)
-    except (ValueError, UnsupportedAlgorithm) as exc:
-        raise KeyFileError(
-            f"{source} is not a PEM public key (SubjectPublicKeyInfo); pass the "
-            f"{PUBLIC_KEY_NAME} written by keygen."
-        ) from exc
-    if not isinstance(key, Ed25519PublicKey):
-        raise KeyFileError(
-            f"{source} is {_kind(key)}; this project signs with Ed25519, so pass "
-            "the Ed25519 public key of the signer."
-        )
-    return key
-
-
-def load_public_key(path: Path) -> Ed25519PublicKey:
-    """Load an Ed25519 public key from a SubjectPublicKeyInfo PEM file."""
-    return load_public_key_bytes(_read(Path(path), "public key"), source=str(path))

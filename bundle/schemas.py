@@ -81,11 +81,6 @@ def _load(name: str) -> dict[str, Any]:
     return schema
 
 
-def load_schema(name: str) -> dict[str, Any]:
-    """The parsed schema `name` (a fresh copy the caller may modify)."""
-    return loads_strict(_schema_bytes(name))  # type: ignore[no-any-return]
-
-
 @functools.cache
 def _registry() -> Registry:
     return Registry().with_resources(
@@ -120,8 +115,3 @@ def validate(obj: Any, name: str, *, source: str | None = None) -> None:
         f"{what} does not follow schema {name}/v1 ({schema_path(name).name}): at "
         f"{_json_path(error)}, {message}; correct the file (or the code that wrote it)."
     )
-
-
-def is_valid(obj: Any, name: str) -> bool:
-    """True when `obj` follows schema `name`."""
-    return bool(_validator(name).is_valid(obj))

@@ -17,7 +17,6 @@ __all__ = [
     "PREDICATE_TYPE",
     "STATEMENT_TYPE",
     "build_statement",
-    "parse_statement",
     "predicate_from_payload",
     "schemas_map",
     "statement_bytes",
@@ -39,13 +38,6 @@ def build_statement(subjects: Mapping[str, str], predicate: Mapping[str, Any]) -
     validate(statement["predicate"], "predicate", source="The predicate")
     validate(statement, "statement", source="The statement")
     return statement
-
-
-def parse_statement(payload: bytes, *, source: str = "The signed statement") -> dict[str, Any]:
-    """Parse the exact signed bytes strictly and check them against the statement schema."""
-    statement = loads_strict(payload, source=source)
-    validate(statement, "statement", source=source)
-    return statement  # type: ignore[no-any-return]
 
 
 def schemas_map(payload_paths: list[str]) -> dict[str, dict[str, str]]:

@@ -1,4 +1,5 @@
-"""seal(): a generated payload becomes a bag that bagit-python validates, with a verifiable statement."""
+"""seal(): a generated payload becomes a bag that bagit-python validates, with a statement the
+verifier's reader (verify/) accepts; the bundle package itself has no reader."""
 
 from __future__ import annotations
 
@@ -13,25 +14,29 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle import layout
-from bundle.bag import (
-    bagging_date,
-    file_digests,
-    parse_bag_info,
-    parse_manifest,
-    payload_files,
-    read_bag_info,
-    read_manifest,
-    seal,
-)
+from bundle.bag import bagging_date, file_digests, payload_files, seal
 from bundle.canonical import dumps, loads_strict
-from bundle.dsse import verify_envelope
 from bundle.errors import BundleError
 from bundle.examples import write_example_payload
-from bundle.keys import fingerprint, load_public_key
+from bundle.keys import fingerprint
 from bundle.schemas import schema_sha256, validate
-from bundle.statement import parse_statement, predicate_from_payload
+from bundle.statement import predicate_from_payload
+from verify import bag as reader
+from verify import signature
+from verify.result import Failed
 
 KEY = Ed25519PrivateKey.generate()
+
+
+def read_bag_info(bag: Path) -> dict[str, str]:
+    """bag-info.txt as the verifier reads it."""
+    return reader.parse_bag_info((bag / layout.BAG_INFO).read_bytes())
+
+
+def read_manifest(bag: Path, name: str) -> dict[str, str]:
+    """A manifest or tag manifest as the verifier reads it."""
+    algorithm = name.rsplit("-", 1)[-1].removesuffix(".txt")
+    return reader.parse_manifest((bag / name).read_bytes(), name, algorithm)
 
 
 def _tiny(tmp_path: Path) -> tuple[Path, str]:
@@ -105,13 +110,16 @@ def test_signed_example_bag(tmp_path: Path) -> None:
     assert sorted(read_manifest(bag, layout.TAGMANIFEST_SHA256)) == sorted(
         set(layout.TAG_FILES) - {layout.TAGMANIFEST_SHA256}
     )
-    public = load_public_key(bag / layout.SIGNER_PUB)
+    public = signature.load_public_key_pem((bag / layout.SIGNER_PUB).read_bytes(), "signer")
     raw_envelope = (bag / layout.PROVENANCE).read_bytes()
     envelope = loads_strict(raw_envelope)
     assert dumps(envelope) == raw_envelope
     validate(envelope, "envelope")
-    payload = verify_envelope(envelope, public, payload_type=layout.PAYLOAD_TYPE)
-    statement = parse_statement(payload)
+    parsed = signature.parse_envelope(raw_envelope)
+    assert parsed.payload_type == layout.PAYLOAD_TYPE and parsed.keyid == fingerprint(KEY)
+    signature.verify_signature(parsed, public, "signer")
+    payload = parsed.payload
+    statement = signature.parse_statement(payload)
     assert payload == dumps(statement)
     names = [s["name"] for s in statement["subject"]]
     protocol = json.loads((bag / layout.PROTOCOL_JSON).read_bytes())
@@ -219,16 +227,16 @@ def test_bagging_date(monkeypatch: pytest.MonkeyPatch) -> None:
         bagging_date()
 
 
-def test_parsers_reject_damage() -> None:
+def test_verifier_reader_rejects_damage() -> None:
     good = "ab" * 32 + "  data/x\n"
-    assert parse_manifest(good, algorithm="sha256", source="m") == {"data/x": "ab" * 32}
+    assert reader.parse_manifest(good.encode(), "m", "sha256") == {"data/x": "ab" * 32}
     for bad in ["ab  data/x\n", good + good, good[:-1], "AB" * 32 + "  data/x\n"]:
-        with pytest.raises(BundleError):
-            parse_manifest(bad, algorithm="sha256", source="m")
-    assert parse_bag_info("A: 1\nB: two words\n") == {"A": "1", "B": "two words"}
-    for bad in ["A 1\n", "A: 1\nA: 2\n", ": x\n"]:
-        with pytest.raises(BundleError):
-            parse_bag_info(bad)
+        with pytest.raises(Failed):
+            reader.parse_manifest(bad.encode(), "m", "sha256")
+    assert reader.parse_bag_info(b"A: 1\nB: two words\n") == {"A": "1", "B": "two words"}
+    for bad in [b"A 1\n", b"A: 1\nA: 2\n", b": x\n"]:
+        with pytest.raises(Failed):
+            reader.parse_bag_info(bad)
 
 
 def test_envelope_payload_is_base64_of_canonical_statement(tmp_path: Path) -> None:

@@ -14,6 +14,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle import keys
 from bundle.errors import BundleError, KeyFileError
+from verify.result import InputError
+from verify.signature import load_trusted_key
 
 PrivateKey = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey | Ed25519PrivateKey
 
@@ -45,7 +47,7 @@ def test_keygen_writes_0600_private_and_public_with_fingerprint(tmp_path: Path) 
     key = keys.load_private_key(private)
     raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     assert fp == hashlib.sha256(raw).hexdigest() == keys.fingerprint(key)
-    assert keys.fingerprint(keys.load_public_key(public)) == fp
+    assert keys.fingerprint(load_trusted_key(str(public))) == fp
     assert len(fp) == 64
 
 
@@ -84,8 +86,8 @@ def test_other_key_types_refused(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
     )
-    with pytest.raises(KeyFileError, match=rf"is {kind}; this project signs with Ed25519"):
-        keys.load_public_key(pub)
+    with pytest.raises(InputError, match="expected an Ed25519 public key"):
+        load_trusted_key(str(pub))
 
 
 def test_encrypted_key_needs_the_passphrase(
@@ -147,7 +149,7 @@ def test_unusable_private_key_files(
     assert isinstance(info.value, BundleError) and "\n" not in str(info.value)
 
 
-def test_private_key_refused_as_public_key(tmp_path: Path) -> None:
+def test_private_key_refused_as_trusted_key(tmp_path: Path) -> None:
     keys.generate(tmp_path)
-    with pytest.raises(KeyFileError, match="holds a private key"):
-        keys.load_public_key(tmp_path / keys.PRIVATE_KEY_NAME)
+    with pytest.raises(InputError, match="holds a private key"):
+        load_trusted_key(str(tmp_path / keys.PRIVATE_KEY_NAME))

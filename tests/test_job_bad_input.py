@@ -121,9 +121,9 @@ def test_a_failed_run_leaves_no_throwaway_key(tmp_path, tiny_world, capsys):
 
 
 def test_ephemeral_key_signs_a_bundle_that_verifies(tmp_path, tiny_world, capsys):
-    from bundle.keys import load_public_key
     from verify.api import verify_path
-    from verify.checks import Trust
+    from verify.context import Trust
+    from verify.signature import load_trusted_key
 
     protocol, lock = tiny_world
     out = tmp_path / "out"
@@ -131,7 +131,7 @@ def test_ephemeral_key_signs_a_bundle_that_verifies(tmp_path, tiny_world, capsys
                "--ephemeral-key", "--no-progress"])
     assert rc == 0
     assert "--trusted-key" in capsys.readouterr().out
-    trusted = load_public_key(tmp_path / "out.key" / "signing-key.pub.pem")
+    trusted = load_trusted_key(str(tmp_path / "out.key" / "signing-key.pub.pem"))
     assert verify_path(out, Trust(key=trusted)).exit_code == 0
 
 

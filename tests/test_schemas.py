@@ -21,8 +21,6 @@ from bundle.examples import REPO_PROTOCOL, example_documents
 from bundle.schemas import (
     SCHEMA_DIR,
     SCHEMA_NAMES,
-    is_valid,
-    load_schema,
     schema_id,
     schema_sha256,
     validate,
@@ -31,6 +29,20 @@ from bundle.statement import build_statement, predicate_from_payload, schemas_ma
 
 PROTOCOL_BYTES = REPO_PROTOCOL.read_bytes()
 HEX = "ab" * 32
+
+
+def load_schema(name: str) -> dict[str, Any]:
+    """The schema file `name`, parsed."""
+    return json.loads((SCHEMA_DIR / f"{name}.schema.json").read_bytes())  # type: ignore[no-any-return]
+
+
+def is_valid(doc: Any, name: str) -> bool:
+    """Whether the writer's validation accepts `doc` as schema `name`."""
+    try:
+        validate(doc, name)
+    except SchemaViolation:
+        return False
+    return True
 
 
 def _lock() -> dict[str, Any]:

@@ -15,10 +15,10 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from bundle.archive import archive
+from bundle.keys import fingerprint
 from tests.verify_tamper import REPO, Keys, base, copy_bag, synthetic_bag, verify_keys  # noqa: F401
 from verify import extract
 from verify.__main__ import main
-from verify.signature import fingerprint
 
 REPORT_SCHEMA = json.loads((REPO / "verify" / "report.schema.json").read_text())
 

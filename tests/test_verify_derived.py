@@ -12,7 +12,7 @@ from bundle.canonical import loads_strict
 from bundle.examples import tiny_png
 from job.report import expected_tables, extract_tables, load_docs
 from tests.verify_tamper import Keys, base, synthetic_bag, verify_keys  # noqa: F401
-from verify import crate, reportcheck
+from verify import crate, figures, reportcheck
 from verify.result import Failed
 
 
@@ -60,12 +60,12 @@ def test_malformed_tables_are_refused(text: str, words: str) -> None:
 
 
 def test_png_checks() -> None:
-    assert crate.check_png(tiny_png(), "x.png") == (1, 1)
+    assert figures.check_png(tiny_png(), "x.png") == (1, 1)
     png = tiny_png()
     for bad, words in ((png[:-4], "ends inside|runs past"), (b"GIF89a" + png, "signature"),
                        (png[:-5] + bytes([png[-5] ^ 1]) + png[-4:], "CRC")):
         with pytest.raises(Failed, match=words):
-            crate.check_png(bad, "x.png")
+            figures.check_png(bad, "x.png")
 
 
 def test_crate_refuses_other_context_and_dangling_references(base: tuple[Path, Keys]) -> None:  # noqa: F811

@@ -13,39 +13,39 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.verify_tamper import Keys, base, synthetic_bag, verify_keys  # noqa: F401
-from verify import bag as bagmod
+from verify import tree as bagtree
 from verify.checks import Trust, verify_tree
 from verify.result import EXIT_OK, EXIT_UNTRUSTED, exit_code
 
 FLIPS = 1000
 
 
-def flipped(tree: bagmod.BagTree, name: str, position: float,
-            mask: int) -> bagmod.BagTree:
+def flipped(tree: bagtree.BagTree, name: str, position: float,
+            mask: int) -> bagtree.BagTree:
     """The tree with one byte of `name` XORed with mask; position: a fraction, or an index."""
     data = bytearray(tree.files[name])
     i = position if isinstance(position, int) else min(int(position * len(data)), len(data) - 1)
     data[i] ^= mask
     files = dict(tree.files)
     files[name] = bytes(data)
-    return bagmod.BagTree(root=tree.root, files=files, dirs=list(tree.dirs))
+    return bagtree.BagTree(root=tree.root, files=files, dirs=list(tree.dirs))
 
 
-def _run(tree: bagmod.BagTree, trust: Trust, fail_fast: bool) -> int:
+def _run(tree: bagtree.BagTree, trust: Trust, fail_fast: bool) -> int:
     return exit_code(verify_tree(tree, trust, fail_fast=fail_fast).checks)
 
 
 @pytest.fixture
-def loaded(base: tuple[Path, Keys]) -> tuple[bagmod.BagTree, list[str], Trust]:  # noqa: F811
+def loaded(base: tuple[Path, Keys]) -> tuple[bagtree.BagTree, list[str], Trust]:  # noqa: F811
     bag, keys = base
-    tree = bagmod.read_tree(bag)
+    tree = bagtree.read_tree(bag)
     trust = Trust(key=keys.real.public_key(), source="real.pem")
     assert _run(tree, trust, fail_fast=False) == EXIT_OK
     return tree, sorted(tree.files), trust
 
 
 @pytest.mark.parametrize("fail_fast,examples", [(True, FLIPS), (False, 60)])
-def test_random_byte_flips_are_rejected(loaded: tuple[bagmod.BagTree, list[str], Trust],
+def test_random_byte_flips_are_rejected(loaded: tuple[bagtree.BagTree, list[str], Trust],
                                         fail_fast: bool, examples: int) -> None:
     tree, names, trust = loaded
 
@@ -60,7 +60,7 @@ def test_random_byte_flips_are_rejected(loaded: tuple[bagmod.BagTree, list[str],
 
 
 def test_flips_without_a_trusted_key_are_rejected(
-        loaded: tuple[bagmod.BagTree, list[str], Trust]) -> None:
+        loaded: tuple[bagtree.BagTree, list[str], Trust]) -> None:
     """Without a pinned key a flip must still fail (exit 1), not merely lack a trusted signer."""
     tree, names, _ = loaded
 
@@ -74,7 +74,7 @@ def test_flips_without_a_trusted_key_are_rejected(
     check()
 
 
-def test_every_byte_of_the_tag_manifest(loaded: tuple[bagmod.BagTree, list[str], Trust]) -> None:
+def test_every_byte_of_the_tag_manifest(loaded: tuple[bagtree.BagTree, list[str], Trust]) -> None:
     """The tag manifest is the one file no other file hashes: flip each of its bytes, including
     space <-> tab and case changes."""
     tree, _, trust = loaded

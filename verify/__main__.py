@@ -12,7 +12,7 @@ from pathlib import Path
 
 from verify import report, signature
 from verify.api import verify_path
-from verify.checks import Trust
+from verify.context import Trust
 from verify.result import EXIT_UNREADABLE, InputError
 
 

@@ -7,9 +7,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from verify import bag, extract
-from verify.checks import Trust, verify_tree
+from verify import extract
+from verify.checks import verify_tree
+from verify.context import Trust
 from verify.result import Check, Failed, exit_code
+from verify.tree import read_tree
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,7 @@ def verify_path(path: Path, trust: Trust | None = None, *,
             try:
                 detail = extract.extract_archive(path, Path(tmp))
                 root = extract.find_bag_root(Path(tmp))
-                tree = bag.read_tree(root)
+                tree = read_tree(root)
                 prelude.append(Check("archive.safe", "archive extracts safely", "pass", detail))
             except Failed as exc:
                 prelude.append(Check("archive.safe", "archive extracts safely", "fail", str(exc)))
@@ -47,7 +49,7 @@ def verify_path(path: Path, trust: Trust | None = None, *,
         prelude = []
         tree = None
         try:
-            tree = bag.read_tree(path)
+            tree = read_tree(path)
         except Failed as exc:
             prelude.append(Check("bag.layout", "only tag files and data/, no links", "fail",
                                  str(exc)))

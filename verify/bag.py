@@ -4,83 +4,20 @@ tag manifest and bag-info.txt. The bag is read once into memory; nothing follows
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import stat
-from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Final
 
 from bundle import layout
 from bundle.canonical import loads_strict
 from bundle.errors import CanonicalJSONError
-from verify.result import Failed, InputError
-
-MAX_FILE_BYTES: Final = 256 * 1024 * 1024
-MAX_ENTRIES: Final = 10_000
+from verify.context import Context
+from verify.result import Failed
+from verify.tree import MAX_FILE_BYTES, BagTree
 
 _HEX_LEN: Final = {"sha256": 64, "sha512": 128}
 _REQUIRED_TAGS: Final = frozenset({layout.BAGIT_TXT, layout.BAG_INFO, layout.MANIFEST_SHA256,
                                    layout.MANIFEST_SHA512, layout.TAGMANIFEST_SHA256})
-
-
-@dataclass
-class BagTree:
-    """Every entry under the bag root: regular files with their bytes, and what is not allowed."""
-
-    root: Path
-    files: dict[str, bytes] = field(default_factory=dict)
-    dirs: list[str] = field(default_factory=list)
-    links: list[str] = field(default_factory=list)
-    special: list[str] = field(default_factory=list)
-    oversized: list[str] = field(default_factory=list)
-    _sha256: dict[str, str] = field(default_factory=dict)
-
-    def sha256(self, rel: str) -> str:
-        if rel not in self._sha256:
-            self._sha256[rel] = hashlib.sha256(self.files[rel]).hexdigest()
-        return self._sha256[rel]
-
-    def payload(self) -> list[str]:
-        return sorted(p for p in self.files if p.startswith("data/"))
-
-
-def read_tree(root: Path) -> BagTree:
-    """Read every regular file under `root` without following links; record links and devices."""
-    try:
-        st = os.lstat(root)
-    except OSError as exc:
-        raise InputError(f"{root} cannot be read ({exc.strerror}); pass a bag folder or "
-                         "a bundle .tar.gz.") from exc
-    if not stat.S_ISDIR(st.st_mode):
-        raise InputError(f"{root} is not a folder; pass a bag folder or a bundle .tar.gz.")
-    tree = BagTree(root=root)
-    stack = [""]
-    count = 0
-    while stack:
-        rel_dir = stack.pop()
-        with os.scandir(root / rel_dir if rel_dir else root) as it:
-            for entry in it:
-                count += 1
-                if count > MAX_ENTRIES:
-                    raise Failed(f"the bag holds more than {MAX_ENTRIES} entries; a bundle holds "
-                                 "about 20.")
-                rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
-                mode = entry.stat(follow_symlinks=False).st_mode
-                if stat.S_ISLNK(mode):
-                    tree.links.append(rel)
-                elif stat.S_ISDIR(mode):
-                    tree.dirs.append(rel)
-                    stack.append(rel)
-                elif stat.S_ISREG(mode):
-                    if entry.stat(follow_symlinks=False).st_size > MAX_FILE_BYTES:
-                        tree.oversized.append(rel)
-                        continue
-                    with open(entry.path, "rb") as fh:
-                        tree.files[rel] = fh.read()
-                else:
-                    tree.special.append(rel)
-    return tree
 
 
 def check_declaration(tree: BagTree) -> str:
@@ -294,3 +231,44 @@ def check_bag_info(tree: BagTree) -> tuple[str, dict[str, str]]:
         raise Failed(f"bag-info.txt Profile is {info[layout.INFO_PROFILE]!r}, expected one of "
                      f"{list(layout.PROFILES)}.")
     return f"Payload-Oxum {oxum}, Bagging-Date {info[layout.INFO_BAGGING_DATE]}", info
+
+
+# -- the checks (verify/checks.py lists them in order) ---------------------------------------
+
+def declaration(ctx: Context) -> str:
+    """bagit.txt is exactly the BagIt 1.0 declaration."""
+    return check_declaration(ctx.bag())
+
+
+def entries(ctx: Context) -> str:
+    """Only the format's tag files and data/ at the root; no links or special files."""
+    return check_layout(ctx.bag())
+
+
+def payload_set(ctx: Context) -> str:
+    """data/ holds exactly the payload FORMAT.md requires for the protocol in the bag."""
+    return check_payload_set(ctx.bag())
+
+
+def manifest_sha256(ctx: Context) -> str:
+    """manifest-sha256.txt lists every payload file once with its right digest."""
+    tree = ctx.bag()
+    detail = check_manifest(tree, "sha256")
+    ctx.manifest = payload_manifest(tree)
+    return detail
+
+
+def manifest_sha512(ctx: Context) -> str:
+    """manifest-sha512.txt lists every payload file once with its right digest."""
+    return check_manifest(ctx.bag(), "sha512")
+
+
+def tagmanifest(ctx: Context) -> str:
+    """tagmanifest-sha256.txt lists every tag file but itself with its right digest."""
+    return check_tagmanifest(ctx.bag())
+
+
+def info(ctx: Context) -> str:
+    """bag-info.txt labels, Payload-Oxum, date and hex formats."""
+    detail, ctx.info = check_bag_info(ctx.bag())
+    return detail

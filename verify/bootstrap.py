@@ -14,7 +14,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from bundle import layout
 from verify import numerics
+from verify.context import Context
 from verify.numerics import F64, I64
 from verify.result import Failed
 
@@ -122,3 +124,23 @@ def check_differences(doc: dict[str, Any], z: F64, y: I64) -> str:
     summary = ", ".join(f"{m} {f['point']:+.4f} [{f['lower']:+.4f}, {f['upper']:+.4f}] "
                         f"{f['verdict']}" for m, f in doc["differences"].items())
     return f"resample matrix and every interval recomputed within {TOL:g}: {summary}"
+
+
+# -- the checks (verify/checks.py lists them in order) ---------------------------------------
+
+def wanted(ctx: Context) -> bool:
+    """Whether the protocol asks for the bootstrap or the bag holds its record."""
+    return ctx.wants_section("bootstrap")
+
+
+def record(ctx: Context) -> str:
+    """The header against the protocol, the temperature and the prediction files."""
+    return check_record(ctx.doc(layout.BOOTSTRAP_JSON), ctx.doc(layout.PROTOCOL_JSON),
+                        len(ctx.table("audit").y), ctx.doc(layout.TEMPERATURE_JSON)["beta"],
+                        ctx.study_inputs())
+
+
+def intervals(ctx: Context) -> str:
+    """The resample matrix from the seed, every resample scored, quantile intervals, verdicts."""
+    return check_differences(ctx.doc(layout.BOOTSTRAP_JSON), ctx.table("audit").z,
+                             ctx.table("audit").y)

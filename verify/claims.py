@@ -3,19 +3,18 @@ verifier's own schemas, and compare."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bundle import layout
 from verify import schemacheck
+from verify.context import Context
 from verify.result import Failed
-
-if TYPE_CHECKING:
-    from verify.checks import Context
 
 HEADLINE = ("accuracy", "nll", "brier", "ece", "mce")
 
 
 def expected_predicate(ctx: Context) -> dict[str, Any]:
+    """The predicate restated from the payload, the verifier's schemas and the signer."""
     resources = ctx.doc(layout.RESOURCES_JSON)
     temperature = ctx.doc(layout.TEMPERATURE_JSON)
     audit = ctx.doc(layout.METRICS_JSON)["pools"]["audit"]
@@ -46,7 +45,7 @@ def expected_predicate(ctx: Context) -> dict[str, Any]:
         "schemas": {path: {"id": schemacheck.schema_id(name),
                            "sha256": schemacheck.schema_sha256(name)}
                     for path, name in sorted(layout.PAYLOAD_SCHEMAS.items())
-                    if path in ctx.need(ctx.tree, "the bag").files},
+                    if path in ctx.bag().files},
         "signer_fingerprint": ctx.need(ctx.signer_fingerprint, "the signer"),
     }
 
@@ -81,3 +80,8 @@ def check(predicate: dict[str, Any], ctx: Context) -> str:
                      + "; ".join(diffs[:2]) + more + ".")
     return ("protocol, profile, resource pins, temperature, audit headline, schema pins and "
             "signer all equal the payload and the verifier's schemas")
+
+
+def predicate_claims(ctx: Context) -> str:
+    """Every claim of the signed predicate restates the payload and the verifier's schemas."""
+    return check(ctx.doc("predicate"), ctx)

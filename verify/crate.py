@@ -12,14 +12,13 @@ signed the bag. Written from FORMAT.md, not from the job's code."""
 from __future__ import annotations
 
 import re
-import struct
-import zlib
 from collections.abc import Iterator
 from typing import Any
 
 from bundle import layout
 from bundle.canonical import dumps, loads_strict
 from bundle.errors import CanonicalJSONError
+from verify.context import Context
 from verify.result import Failed
 
 CONTEXT = "https://w3id.org/ro/crate/1.2/context"
@@ -237,32 +236,34 @@ def check_signer(graph: Graph, signer_fingerprint: str, bagging_date: str) -> st
 
 # -- figures ---------------------------------------------------------------------------------
 
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# -- the checks (verify/checks.py lists them in order) ---------------------------------------
+
+def structure(ctx: Context) -> str:
+    """ro-crate-metadata.json is canonical strict JSON and a flat RO-Crate 1.2 graph."""
+    detail, ctx.crate_graph = parse(ctx.file(layout.RO_CRATE_JSON))
+    return detail
 
 
-def check_png(data: bytes, name: str) -> tuple[int, int]:
-    """(width, height) of a well-formed PNG: signature, chunks with right CRCs, IHDR first,
-    IDAT, IEND last."""
-    if not data.startswith(PNG_SIGNATURE):
-        raise Failed(f"{name} does not start with the PNG signature.")
-    pos, kinds = len(PNG_SIGNATURE), []
-    size = (0, 0)
-    while pos < len(data):
-        if pos + 12 > len(data):
-            raise Failed(f"{name} ends inside a chunk header at byte {pos}.")
-        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + length]
-        if len(body) != length or pos + 12 + length > len(data):
-            raise Failed(f"{name}: chunk {kind!r} at byte {pos} runs past the end.")
-        (crc,) = struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])
-        if zlib.crc32(kind + body) != crc:
-            raise Failed(f"{name}: chunk {kind!r} at byte {pos} has a wrong CRC.")
-        if kind == b"IHDR" and length == 13:
-            size = struct.unpack(">II", body[:8])
-        kinds.append(kind)
-        pos += 12 + length
-    if not kinds or kinds[0] != b"IHDR" or kinds[-1] != b"IEND" or b"IDAT" not in kinds:
-        raise Failed(f"{name} is not a complete PNG (IHDR first, IDAT, IEND last).")
-    if not (size[0] > 0 and size[1] > 0):
-        raise Failed(f"{name} has an empty image ({size[0]}x{size[1]}).")
-    return size
+def files(ctx: Context) -> str:
+    """The crate's File entities are the payload files with their sha256, size and format."""
+    graph = ctx.need(ctx.crate_graph, "the crate")
+    tree = ctx.bag()
+    payload = tree.payload()
+    return check_files(graph, {p: tree.files[p] for p in payload},
+                       {p: tree.sha256(p) for p in payload})
+
+
+def run(ctx: Context) -> str:
+    """The crate's run reads the protocol and the inputs and produces every other file."""
+    graph = ctx.need(ctx.crate_graph, "the crate")
+    tree = ctx.bag()
+    return check_run(graph, tree.payload(), ctx.doc(layout.RESOURCES_JSON),
+                     ctx.doc(layout.ENVIRONMENT_JSON))
+
+
+def signer(ctx: Context) -> str:
+    """The crate names the key that signed the bag; datePublished equals Bagging-Date."""
+    graph = ctx.need(ctx.crate_graph, "the crate")
+    info = ctx.need(ctx.info, "bag-info.txt")
+    return check_signer(graph, ctx.need(ctx.signer_fingerprint, "the signer"),
+                        info[layout.INFO_BAGGING_DATE])

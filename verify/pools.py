@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from bundle import layout
+from verify.context import Context
 from verify.result import Failed
 
 
@@ -66,3 +68,15 @@ def check_assignment(pools: dict[str, Any], protocol: dict[str, Any]) -> str:
         start += size
     sizes = ", ".join(f"{n} {s}" for n, s in spec)
     return f"pools re-derived from {rows} ids: {sizes}; disjoint, ascending key"
+
+
+# -- the checks (verify/checks.py lists them in order) ---------------------------------------
+
+def split_keys(ctx: Context) -> str:
+    """Every split_key is sha256(prefix + idx) with the protocol's prefix."""
+    return check_split_keys(ctx.doc(layout.POOLS_JSON), ctx.doc(layout.PROTOCOL_JSON))
+
+
+def assignment(ctx: Context) -> str:
+    """The pools re-derived by the split rule; sizes; disjoint; total = dataset rows."""
+    return check_assignment(ctx.doc(layout.POOLS_JSON), ctx.doc(layout.PROTOCOL_JSON))

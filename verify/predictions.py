@@ -4,34 +4,17 @@ predictions recomputed from the float32 logits, batches following the protocol's
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bundle import layout
 from verify import numerics
-from verify.numerics import F64, I64
+from verify.context import METRIC_TOL, POOL_NAMES, Context
+from verify.documents import PoolData
 from verify.result import Failed
-
-
-@dataclass(frozen=True)
-class PoolData:
-    """One pool's predictions, as float64 logits and int64 labels."""
-
-    name: str
-    idx: list[int]
-    split_key: list[str]
-    text_sha256: list[str]
-    z32: np.ndarray
-    z: F64
-    y: I64
-    prob: F64
-    pred: I64
-    token_count: np.ndarray
-    truncated: np.ndarray
-    batch: np.ndarray
 
 
 def expected_schema(k: int) -> pa.Schema:
@@ -138,3 +121,37 @@ def check_batches(pool: PoolData, inference: dict[str, Any]) -> str:
         raise Failed(f"{path} row {bad[0]} is in batch {pool.batch[bad[0]]}, the protocol's batch "
                      f"order puts it in batch {expected[bad[0]]}.")
     return f"{int(expected.max()) + 1 if len(expected) else 0} batches of {size} in protocol order"
+
+
+# -- the checks (verify/checks.py lists them in order) ---------------------------------------
+
+def each_pool(ctx: Context) -> list[dict[str, str]]:
+    """One {pool} per pool with predictions, in report order."""
+    return [{"pool": pool} for pool in POOL_NAMES]
+
+
+def columns(ctx: Context, pool: str) -> str:
+    """Parquet columns, order and types as FORMAT.md; no nulls; finite logits; labels in range."""
+    path = f"data/predictions/{pool}.parquet"
+    tree = ctx.bag()
+    if path not in tree.files:
+        raise Failed(f"{path} is missing.")
+    protocol = ctx.doc(layout.PROTOCOL_JSON)
+    k = len(protocol["resources"]["dataset"]["labels"])
+    ctx.tables[pool] = read_pool(pool, tree.files[path], k)
+    return f"{len(ctx.tables[pool].y)} rows, {k} classes, columns and types as specified"
+
+
+def rows(ctx: Context, pool: str) -> str:
+    """The rows are the pool's entries in order (idx, split key, text hash)."""
+    return check_rows(ctx.table(pool), ctx.doc(layout.POOLS_JSON)["pools"][pool])
+
+
+def probabilities(ctx: Context, pool: str) -> str:
+    """prob_k is the softmax of the float32 logits in float64; pred is the first argmax."""
+    return check_probabilities(ctx.table(pool), METRIC_TOL)
+
+
+def batches(ctx: Context, pool: str) -> str:
+    """Batches follow the protocol's batch order; truncation only at max_length."""
+    return check_batches(ctx.table(pool), ctx.doc(layout.PROTOCOL_JSON)["inference"])

@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from bundle import layout
 from verify.bag import safe_bag_path
+from verify.context import Context
 from verify.result import Failed
 
 STAGE_ORDER = ["split", "calibration-inference", "fit", "audit-inference", "metrics"]
@@ -130,3 +132,58 @@ def check_audit_after_fit(stages: dict[str, Any], temperature_sha: str, audit_sh
                              "predictions/audit.parquet.")
     return (f"fit produced temperature.json {temperature_sha[:12]}…, audit-inference consumed the "
             "same file and ran after it; nothing touched the audit pool before")
+
+
+# -- the checks (verify/checks.py lists them in order) ---------------------------------------
+
+def protocol_hash(ctx: Context) -> str:
+    """bag-info.txt, every record, every stage and the predicate name the sha256 of data/protocol.json."""
+    sha = ctx.sha(layout.PROTOCOL_JSON)
+    named: dict[str, str] = {}
+    info = ctx.need(ctx.info, "bag-info.txt")
+    named["bag-info.txt Protocol-SHA256"] = info[layout.INFO_PROTOCOL_SHA256]
+    for path in (layout.POOLS_JSON, layout.TEMPERATURE_JSON, layout.TRAJECTORY_JSON,
+                 layout.METRICS_JSON, layout.STAGES_JSON):
+        named[f"{path} protocol_sha256"] = ctx.doc(path)["protocol_sha256"]
+    for path in layout.PROTOCOL_SECTION_PAYLOAD.values():
+        if path in ctx.docs or (ctx.tree is not None and path in ctx.tree.files):
+            named[f"{path} protocol_sha256"] = ctx.doc(path)["protocol_sha256"]
+    for stage in ctx.doc(layout.STAGES_JSON)["stages"]:
+        named[f"stages.json stage {stage['name']!r}"] = stage["protocol_sha256"]
+    named["the signed predicate"] = ctx.doc("predicate")["protocol_sha256"]
+    return check_protocol_everywhere(sha, named)
+
+
+def has_pre_registered_protocol(ctx: Context) -> bool:
+    """Whether the user gave a pre-registered protocol (--protocol)."""
+    return ctx.expected_protocol_sha256 is not None
+
+
+def pre_registered(ctx: Context) -> str:
+    """data/protocol.json is byte-identical to the pre-registered protocol."""
+    pinned = ctx.need(ctx.expected_protocol_sha256, "the pre-registered protocol")
+    sha = ctx.sha(layout.PROTOCOL_JSON)
+    if sha != pinned:
+        raise Failed(f"data/protocol.json hashes to {sha[:16]}…, the pre-registered "
+                     f"protocol to {pinned[:16]}….")
+    return f"data/protocol.json is the pre-registered protocol ({sha[:16]}…)"
+
+
+def resource_pins(ctx: Context) -> str:
+    """The profile, the resources against the protocol's pins, the pools' dataset hash."""
+    info = ctx.need(ctx.info, "bag-info.txt")
+    return check_resources(ctx.doc(layout.RESOURCES_JSON), ctx.doc(layout.PROTOCOL_JSON),
+                           info[layout.INFO_PROFILE],
+                           ctx.doc(layout.POOLS_JSON)["dataset_sha256"])
+
+
+def stage_records(ctx: Context) -> str:
+    """The five stages in order; every recorded hash of a file in the bag equals the file."""
+    return check_stage_records(ctx.doc(layout.STAGES_JSON), ctx.payload_sha)
+
+
+def audit_after_fit(ctx: Context) -> str:
+    """Audit inference consumed the fit's temperature; nothing touched the audit pool before."""
+    return check_audit_after_fit(
+        ctx.doc(layout.STAGES_JSON), ctx.sha(layout.TEMPERATURE_JSON),
+        ctx.sha(layout.AUDIT_PREDICTIONS), ctx.sha(layout.CALIBRATION_PREDICTIONS))

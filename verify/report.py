@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from verify import signature
+from bundle.keys import fingerprint
 from verify.api import Outcome
 from verify.result import EXIT_FAILED, EXIT_OK, EXIT_UNTRUSTED
 
@@ -31,7 +31,7 @@ def _printable(text: str) -> str:
 def _trust(outcome: Outcome) -> dict[str, Any]:
     t = outcome.trust
     if t.key is not None:
-        return {"kind": "key", "source": t.source, "fingerprint": signature.fingerprint(t.key)}
+        return {"kind": "key", "source": t.source, "fingerprint": fingerprint(t.key)}
     if t.fingerprint is not None:
         return {"kind": "fingerprint", "source": t.source, "fingerprint": t.fingerprint}
     return {"kind": "none", "source": None, "fingerprint": None}

@@ -21,6 +21,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from bundle import layout
+from verify.context import Context
 from verify.result import Failed
 
 Table = dict[str, dict[str, str]]
@@ -211,3 +213,14 @@ def check(data: bytes, metrics: dict[str, Any], temperature: dict[str, Any],
     cells = sum(len(c) for rows in required.values() for c in rows.values())
     return (f"{len(required)} tables ({', '.join(required)}), {cells} cells equal the records "
             "under the formatting rule")
+
+
+# -- the checks (verify/checks.py lists them in order) ---------------------------------------
+
+def tables(ctx: Context) -> str:
+    """report.md's checked tables restate the records, its images name payload files."""
+    data = ctx.file(layout.REPORT_MD)
+    tree = ctx.bag()
+    return check(data, ctx.doc(layout.METRICS_JSON), ctx.doc(layout.TEMPERATURE_JSON),
+                 ctx.doc(layout.POOLS_JSON), ctx.optional_doc(layout.BOOTSTRAP_JSON),
+                 ctx.optional_doc(layout.STABILITY_JSON), set(tree.payload()))

@@ -6,16 +6,18 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from pathlib import Path
 from typing import Any
 
 import jsonschema
 from referencing import Registry, Resource
 
 from bundle import layout
+from bundle.canonical import dumps, loads_strict
+from bundle.errors import CanonicalJSONError
+from bundle.schemas import SCHEMA_DIR
+from verify import bag
+from verify.context import Context
 from verify.result import Failed
-
-SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
 
 
 @functools.cache
@@ -67,3 +69,45 @@ def validate(doc: Any, name: str, source: str) -> None:
                               for p in error.absolute_path)
         raise Failed(f"{source} does not follow the verifier's schema {schema_id(name)} at "
                      f"{where}: {error.message[:300]}.")
+
+
+# -- the checks (verify/checks.py lists them in order) ---------------------------------------
+
+def json_files(ctx: Context) -> list[dict[str, str]]:
+    """One {path, name} per JSON payload file the bag holds or the format expects of it."""
+    tree = ctx.tree
+    try:
+        expected = set(bag.expected_payload(tree)) if tree is not None else set()
+    except Failed:
+        expected = set(layout.PAYLOAD_FILES)
+    return [{"path": path, "name": name} for path, name in layout.PAYLOAD_SCHEMAS.items()
+            if path in expected or (tree is not None and path in tree.files)]
+
+
+def json_file(ctx: Context, path: str, name: str) -> str:
+    """A JSON payload file: strict, canonical (but protocol.json), valid against our schema."""
+    tree = ctx.bag()
+    if path not in tree.files:
+        raise Failed(f"{path} is missing.")
+    data = tree.files[path]
+    try:
+        doc = loads_strict(data, source=path)
+    except CanonicalJSONError as exc:
+        raise Failed(str(exc)) from exc
+    canonical = path not in layout.NON_CANONICAL_PAYLOAD
+    if canonical and dumps(doc) != data:
+        raise Failed(f"{path} is valid JSON but not canonical (sorted keys, no spaces, "
+                     "floats as repr, one trailing newline); it was edited by hand.")
+    validate(doc, name, path)
+    ctx.docs[path] = doc
+    return (f"{'canonical, ' if canonical else 'strict JSON, '}valid against "
+            f"{schema_id(name)}")
+
+
+def signed_statement(ctx: Context) -> str:
+    """The signed statement and its predicate against the verifier's schemas."""
+    doc = ctx.need(ctx.statement, "the signed statement")
+    validate(doc, "statement", "the signed statement")
+    ctx.docs["predicate"] = doc["predicate"]
+    return (f"valid against {schema_id('statement')} and "
+            f"{schema_id('predicate')}")

@@ -7,38 +7,29 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import re
-from dataclasses import dataclass
 from typing import Any
 
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from bundle import layout
 from bundle.canonical import loads_strict
+from bundle.dsse import pae
 from bundle.errors import CanonicalJSONError
-from verify.result import Failed, InputError
-
-
-def pae(payload_type: str, payload: bytes) -> bytes:
-    """DSSE v1 pre-authentication encoding."""
-    kind = payload_type.encode("utf-8")
-    return b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(payload), payload)
-
-
-def fingerprint(key: Ed25519PublicKey) -> str:
-    """sha256 hex of the raw 32-byte Ed25519 public key (the envelope's keyid)."""
-    raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return hashlib.sha256(raw).hexdigest()
+from bundle.keys import fingerprint
+from verify import schemacheck
+from verify.context import Context
+from verify.documents import Envelope
+from verify.result import Failed, InputError, Skipped
 
 
 def load_public_key_pem(data: bytes, source: str) -> Ed25519PublicKey:
     """An Ed25519 SubjectPublicKeyInfo PEM; raise Failed otherwise."""
     try:
         key = serialization.load_pem_public_key(data)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
         raise Failed(f"{source} is not a PEM public key ({exc}).") from exc
     if not isinstance(key, Ed25519PublicKey):
         raise Failed(f"{source} holds a {type(key).__name__}, expected an Ed25519 public key.")
@@ -46,12 +37,16 @@ def load_public_key_pem(data: bytes, source: str) -> Ed25519PublicKey:
 
 
 def load_trusted_key(path: str) -> Ed25519PublicKey:
+    """The user's trust anchor, an Ed25519 public key PEM file; InputError when unusable."""
     try:
         with open(path, "rb") as fh:
             data = fh.read(64 * 1024)
     except OSError as exc:
         raise InputError(f"the trusted key {path} cannot be read ({exc.strerror}); pass the "
                          "signer's public key PEM.") from exc
+    if b"PRIVATE KEY-----" in data:
+        raise InputError(f"the trusted key {path} holds a private key; pass the signer's public "
+                         "key PEM and keep the private key secret.")
     try:
         return load_public_key_pem(data, f"the trusted key {path}")
     except Failed as exc:
@@ -64,14 +59,6 @@ def parse_fingerprint(text: str) -> str:
         raise InputError(f"--trusted-fingerprint {text!r} is not 64 hex digits (the sha256 of "
                          "the raw Ed25519 public key).")
     return value
-
-
-@dataclass(frozen=True)
-class Envelope:
-    payload_type: str
-    payload: bytes
-    keyid: str
-    sig: bytes
 
 
 def _b64(value: Any, what: str) -> bytes:
@@ -174,3 +161,69 @@ def compare_subjects(signed: dict[str, str], manifest: dict[str, str],
                          f"{actual.get(name, 'missing')[:16]}…; the payload was changed after "
                          "signing.")
     return f"{len(signed)} subjects, equal to the manifest and to the files"
+
+
+# -- the checks (verify/checks.py lists them in order) ---------------------------------------
+
+def envelope(ctx: Context) -> str:
+    """The DSSE envelope's shape, payload type, one signature and the envelope schema."""
+    tree = ctx.bag()
+    if layout.PROVENANCE not in tree.files:
+        raise Failed(f"the bundle is unsigned: {layout.PROVENANCE} is missing, so nothing "
+                     "ties the payload to a signer.")
+    ctx.envelope = parse_envelope(tree.files[layout.PROVENANCE])
+    schemacheck.validate(loads_strict(tree.files[layout.PROVENANCE]), "envelope",
+                         layout.PROVENANCE)
+    return f"DSSE envelope, payloadType {ctx.envelope.payload_type}, one signature"
+
+
+def valid(ctx: Context) -> str:
+    """Ed25519 over PAE of the exact payload by signer.pub.pem, the key the bag names."""
+    tree = ctx.bag()
+    env = ctx.need(ctx.envelope, "the envelope")
+    if layout.SIGNER_PUB not in tree.files:
+        raise Failed(f"{layout.SIGNER_PUB} is missing; the signer's key is not in the bag.")
+    key = load_public_key_pem(tree.files[layout.SIGNER_PUB], layout.SIGNER_PUB)
+    fp = fingerprint(key)
+    if env.keyid != fp:
+        raise Failed(f"the envelope's keyid is {env.keyid[:16]}…, {layout.SIGNER_PUB} has "
+                     f"fingerprint {fp[:16]}….")
+    named = (ctx.info or {}).get(layout.INFO_SIGNER_FINGERPRINT)
+    if named is not None and named != fp:
+        raise Failed(f"bag-info.txt names signer {named[:16]}…, the signing key is "
+                     f"{fp[:16]}….")
+    verify_signature(env, key, layout.SIGNER_PUB)
+    ctx.statement = parse_statement(env.payload)
+    ctx.signer_fingerprint = fp
+    return f"Ed25519 signature valid, signer fingerprint {fp}"
+
+
+def signed_subjects(ctx: Context) -> str:
+    """The signed subjects equal manifest-sha256.txt and the files."""
+    statement = ctx.need(ctx.statement, "the signed statement")
+    manifest = ctx.need(ctx.manifest, "manifest-sha256.txt")
+    tree = ctx.bag()
+    actual = {p: tree.sha256(p) for p in tree.payload()}
+    return compare_subjects(subjects(statement), manifest, actual)
+
+
+def trusted_signer(ctx: Context) -> str:
+    """The signer is the trusted key or has the trusted fingerprint; skipped without either."""
+    env = ctx.need(ctx.envelope, "the envelope")
+    fp = ctx.need(ctx.signer_fingerprint, "a valid signature")
+    if ctx.trust.key is not None:
+        want = fingerprint(ctx.trust.key)
+        if want != fp:
+            raise Failed(f"signed by {fp[:16]}…, not by the trusted key {ctx.trust.source} "
+                         f"({want[:16]}…); the bundle was re-signed by someone else.")
+        verify_signature(env, ctx.trust.key, f"the trusted key {ctx.trust.source}")
+        return f"signer is the trusted key {ctx.trust.source} ({want[:16]}…)"
+    if ctx.trust.fingerprint is not None:
+        if ctx.trust.fingerprint != fp:
+            raise Failed(f"signed by {fp[:16]}…, not by the trusted fingerprint "
+                         f"{ctx.trust.fingerprint[:16]}…; the bundle was re-signed by someone "
+                         "else.")
+        return f"signer has the trusted fingerprint {fp[:16]}…"
+    raise Skipped(f"no trusted key given: the bundle is intact and signed by {fp[:16]}…, but "
+                  "whose key that is is not established; pass --trusted-key PUB.pem or "
+                  "--trusted-fingerprint HEX")

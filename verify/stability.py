@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from bundle import layout
 from verify import numerics, refit
+from verify.context import Context
 from verify.numerics import F64, I64
 from verify.result import Failed
 
@@ -71,3 +73,18 @@ def check(doc: dict[str, Any], protocol: dict[str, Any], cal: tuple[F64, I64],
     temps = ", ".join(f"m={e['m']}: T={e['temperature']:.4f}" for e in doc["sizes"])
     return (f"{len(doc['sizes'])} nested subsets re-fitted by golden section + Newton within "
             f"{REL_TOL:g}; NLLs within {TOL:g} ({temps or 'none fitted'})")
+
+
+# -- the checks (verify/checks.py lists them in order) ---------------------------------------
+
+def wanted(ctx: Context) -> bool:
+    """Whether the protocol asks for the stability study or the bag holds its record."""
+    return ctx.wants_section("stability")
+
+
+def refits(ctx: Context) -> str:
+    """Each nested subset re-fitted, NLLs recomputed, sizes and skipped sizes per protocol."""
+    return check(ctx.doc(layout.STABILITY_JSON), ctx.doc(layout.PROTOCOL_JSON),
+                 (ctx.table("calibration").z, ctx.table("calibration").y),
+                 (ctx.table("audit").z, ctx.table("audit").y), ctx.study_inputs(),
+                 ctx.doc(layout.TEMPERATURE_JSON)["temperature"])

@@ -1,0 +1,109 @@
+"""The verifier's shape: one reader of the format, checks as a table the README lists, no import
+cycle, and bundle/ holding only what production code uses."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from verify.checks import TABLE, Entry, Group, check_ids
+
+REPO = Path(__file__).resolve().parent.parent
+
+ALLOWED_FROM_BUNDLE = {
+    ("bundle", "layout"),
+    ("bundle.canonical", "dumps"),
+    ("bundle.canonical", "loads_strict"),
+    ("bundle.errors", "CanonicalJSONError"),
+    ("bundle.dsse", "pae"),
+    ("bundle.keys", "fingerprint"),
+    ("bundle.schemas", "SCHEMA_DIR"),
+}
+"""The definitions verify/ shares with the writer: layout names, canonical JSON, PAE, the key
+fingerprint, where the schemas live. Everything else verify/ re-derives."""
+
+
+def _imports(path: Path) -> list[tuple[str, str]]:
+    """(module, name) for every import in `path`, including those under TYPE_CHECKING."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found += [(node.module, alias.name) for alias in node.names]
+        elif isinstance(node, ast.Import):
+            found += [(alias.name, "") for alias in node.names]
+    return found
+
+
+def _verify_modules() -> dict[str, Path]:
+    return {f"verify.{p.stem}": p for p in sorted((REPO / "verify").glob("*.py"))}
+
+
+def test_verify_imports_only_shared_definitions_from_bundle() -> None:
+    for module, path in _verify_modules().items():
+        used = {(m, n) for m, n in _imports(path) if m == "bundle" or m.startswith("bundle.")}
+        assert used <= ALLOWED_FROM_BUNDLE, f"{module} imports {sorted(used - ALLOWED_FROM_BUNDLE)}"
+
+
+def test_every_public_bundle_function_is_used_by_production_code() -> None:
+    sources = {p: p.read_text(encoding="utf-8")
+               for d in ("job", "bundle", "verify") for p in sorted((REPO / d).rglob("*.py"))}
+    unused = []
+    for path in sorted((REPO / "bundle").glob("*.py")):
+        for node in ast.parse(sources[path]).body:
+            if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
+                continue
+            uses = sum(len(re.findall(rf"\b{node.name}\b", text)) for text in sources.values())
+            if uses < 2:  # the definition itself is one
+                unused.append(f"{path.relative_to(REPO)}:{node.name}")
+    # write_example_payload writes the example bag the tests and the docs build on
+    assert unused in ([], ["bundle/examples.py:write_example_payload"]), unused
+
+
+def test_verify_modules_have_no_import_cycle() -> None:
+    modules = _verify_modules()
+    graph = {name: {m if m in modules else f"{m}.{n}" for m, n in _imports(path)}
+             for name, path in modules.items()}
+    graph = {name: {dep for dep in deps if dep in modules} for name, deps in graph.items()}
+    state: dict[str, str] = {}
+
+    def visit(name: str, trail: list[str]) -> None:
+        if state.get(name) == "done":
+            return
+        assert state.get(name) != "open", "import cycle: " + " -> ".join([*trail, name])
+        state[name] = "open"
+        for dep in sorted(graph[name]):
+            visit(dep, [*trail, name])
+        state[name] = "done"
+
+    for name in modules:
+        visit(name, [])
+
+
+def _readme_ids() -> list[str]:
+    text = (REPO / "verify" / "README.md").read_text(encoding="utf-8")
+    section = text.split("## The checks, in order", 1)[1].split("\n## ", 1)[0]
+    ids = []
+    for line in section.splitlines():
+        if line.startswith("| `"):
+            first = line.split(" | ", 1)[0]
+            ids += re.findall(r"`([^`]+)`", first)
+    return ids
+
+
+def test_readme_lists_the_table_in_order() -> None:
+    written = [cid.replace("{pool}", "<pool>").replace("{name}", "<name>")
+               .replace("{which}", "<raw\\|calibrated>") for cid in check_ids()]
+    # archive.safe comes from extracting the archive, before the table runs
+    assert _readme_ids() == ["archive.safe", *written]
+
+
+def test_every_check_is_a_named_function_with_a_one_line_docstring() -> None:
+    entries = [e for item in TABLE for e in (item.entries if isinstance(item, Group) else [item])]
+    assert all(isinstance(e, Entry) for e in entries)
+    assert len({e.id for e in entries}) == len(entries)
+    for entry in entries:
+        doc = entry.fn.__doc__ or ""
+        assert entry.fn.__name__ != "<lambda>" and entry.fn.__module__.startswith("verify.")
+        assert doc.strip() and "\n" not in doc, f"{entry.id}: {entry.fn.__qualname__}"
+        assert entry.fn.__module__ != "verify.checks", f"{entry.id} belongs in its domain module"

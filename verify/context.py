@@ -1,0 +1,118 @@
+"""What a check reads: the bag, the trust anchor, and what earlier checks established.
+
+Every check is a function of one Context. A check that parses a document stores it here on
+success; a later check that needs it asks through `need`, `doc`, `table` or `sha`, which raise
+Skipped when the earlier check could not establish it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final, TypeVar
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from bundle import layout
+from verify.documents import Envelope, PoolData
+from verify.result import Failed, Skipped
+from verify.tree import BagTree
+
+METRIC_TOL: Final = 1e-9
+"""Recomputed probabilities, metrics and gradients must agree with the bundle within this."""
+REFIT_REL_TOL: Final = 1e-6
+"""The re-fitted temperature must agree with the bundle's within this relative difference."""
+
+POOL_NAMES: Final = ("calibration", "audit")
+"""The pools with predictions, in report order."""
+
+T = TypeVar("T")
+
+
+@dataclass
+class Trust:
+    """What the user trusts: a public key, a fingerprint, or nothing."""
+
+    key: Ed25519PublicKey | None = None
+    fingerprint: str | None = None
+    source: str = ""
+
+
+@dataclass
+class Context:
+    """What the checks found so far; a later check reads what an earlier one established."""
+
+    tree: BagTree | None
+    trust: Trust
+    expected_protocol_sha256: str | None = None
+    info: dict[str, str] | None = None
+    manifest: dict[str, str] | None = None
+    envelope: Envelope | None = None
+    statement: dict[str, Any] | None = None
+    signer_fingerprint: str | None = None
+    docs: dict[str, Any] = field(default_factory=dict)
+    tables: dict[str, PoolData] = field(default_factory=dict)
+    crate_graph: dict[str, Any] | None = None
+
+    def need(self, value: T | None, what: str) -> T:
+        """`value`, or Skipped when the earlier check that sets it did not pass."""
+        if value is None:
+            raise Skipped(f"not run: {what} could not be established (see above)")
+        return value
+
+    def bag(self) -> BagTree:
+        """The bag read into memory."""
+        return self.need(self.tree, "the bag")
+
+    def doc(self, path: str) -> Any:
+        """The parsed, schema-valid JSON file at `path` (or "predicate")."""
+        if path not in self.docs:
+            raise Skipped(f"not run: {path} is missing, unreadable or invalid (see above)")
+        return self.docs[path]
+
+    def table(self, pool: str) -> PoolData:
+        """The parsed predictions of `pool`."""
+        if pool not in self.tables:
+            raise Skipped(f"not run: data/predictions/{pool}.parquet could not be read (see above)")
+        return self.tables[pool]
+
+    def sha(self, path: str) -> str:
+        """sha256 of the file at `path` in the bag; Skipped when it is missing."""
+        tree = self.bag()
+        if path not in tree.files:
+            raise Skipped(f"not run: {path} is missing")
+        return tree.sha256(path)
+
+    def payload_sha(self, path: str) -> str | None:
+        """sha256 of the payload file at `path`, or None when the bag has no such payload file."""
+        tree = self.tree
+        if tree is None or path not in tree.files or not path.startswith("data/"):
+            return None
+        return tree.sha256(path)
+
+    def study_inputs(self) -> dict[str, str]:
+        """sha256 of the files a study record names, by the key it names them under."""
+        return {"predictions": self.sha(layout.AUDIT_PREDICTIONS),
+                "audit": self.sha(layout.AUDIT_PREDICTIONS),
+                "calibration": self.sha(layout.CALIBRATION_PREDICTIONS),
+                "temperature": self.sha(layout.TEMPERATURE_JSON),
+                "metrics": self.sha(layout.METRICS_JSON)}
+
+    def file(self, path: str) -> bytes:
+        """The bytes of `path`; Failed when the bag lacks it."""
+        tree = self.bag()
+        if path not in tree.files:
+            raise Failed(f"{path} is missing.")
+        return tree.files[path]
+
+    def wants_section(self, section: str) -> bool:
+        """Whether the optional protocol section (bootstrap, stability) applies: the protocol
+        asks for it or the bag holds its record."""
+        protocol = self.docs.get(layout.PROTOCOL_JSON)
+        path = layout.PROTOCOL_SECTION_PAYLOAD[section]
+        return (protocol is not None and section in protocol) or (
+            self.tree is not None and path in self.tree.files)
+
+    def optional_doc(self, path: str) -> Any:
+        """The parsed optional record when the bag holds it or the protocol requires it, else
+        None."""
+        section = next(s for s, p in layout.PROTOCOL_SECTION_PAYLOAD.items() if p == path)
+        return self.doc(path) if self.wants_section(section) else None

@@ -1,0 +1,37 @@
+"""The parsed forms of bundle files that one check reads and later checks use."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from verify.numerics import F64, I64
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """A DSSE envelope with its one signature, payload and signature base64-decoded."""
+
+    payload_type: str
+    payload: bytes
+    keyid: str
+    sig: bytes
+
+
+@dataclass(frozen=True)
+class PoolData:
+    """One pool's predictions, as float64 logits and int64 labels."""
+
+    name: str
+    idx: list[int]
+    split_key: list[str]
+    text_sha256: list[str]
+    z32: np.ndarray
+    z: F64
+    y: I64
+    prob: F64
+    pred: I64
+    token_count: np.ndarray
+    truncated: np.ndarray
+    batch: np.ndarray

@@ -1,0 +1,48 @@
+"""The figures: well-formed PNG images (signature, chunk CRCs, IHDR first, IDAT, IEND last).
+Their bytes are covered by the manifests and the signature, so only their form is checked here."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+from bundle import layout
+from verify.context import Context
+from verify.result import Failed
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def check_png(data: bytes, name: str) -> tuple[int, int]:
+    """(width, height) of a well-formed PNG: signature, chunks with right CRCs, IHDR first,
+    IDAT, IEND last."""
+    if not data.startswith(PNG_SIGNATURE):
+        raise Failed(f"{name} does not start with the PNG signature.")
+    pos, kinds = len(PNG_SIGNATURE), []
+    size = (0, 0)
+    while pos < len(data):
+        if pos + 12 > len(data):
+            raise Failed(f"{name} ends inside a chunk header at byte {pos}.")
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + length]
+        if len(body) != length or pos + 12 + length > len(data):
+            raise Failed(f"{name}: chunk {kind!r} at byte {pos} runs past the end.")
+        (crc,) = struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])
+        if zlib.crc32(kind + body) != crc:
+            raise Failed(f"{name}: chunk {kind!r} at byte {pos} has a wrong CRC.")
+        if kind == b"IHDR" and length == 13:
+            size = struct.unpack(">II", body[:8])
+        kinds.append(kind)
+        pos += 12 + length
+    if not kinds or kinds[0] != b"IHDR" or kinds[-1] != b"IEND" or b"IDAT" not in kinds:
+        raise Failed(f"{name} is not a complete PNG (IHDR first, IDAT, IEND last).")
+    if not (size[0] > 0 and size[1] > 0):
+        raise Failed(f"{name} has an empty image ({size[0]}x{size[1]}).")
+    return size
+
+
+def png(ctx: Context) -> str:
+    """Both figures are present and well-formed PNGs."""
+    sizes = [f"{p.rsplit('/', 1)[-1]} {w}x{h}"
+             for p in layout.FIGURES for w, h in [check_png(ctx.file(p), p)]]
+    return "well-formed PNG: " + ", ".join(sizes)
