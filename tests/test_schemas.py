@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 import hashlib
 import json
@@ -15,7 +16,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle import layout
-from bundle.dsse import envelope_payload, sign_envelope
+from bundle.dsse import sign_envelope
 from bundle.errors import BundleError, SchemaViolation
 from bundle.examples import REPO_PROTOCOL, example_documents
 from bundle.schemas import (
@@ -221,7 +222,7 @@ def _bundle_documents(bundle: Path, lock: Path, out: Path) -> dict[str, Path]:
     docs = {name: bundle / path for path, name in layout.PAYLOAD_SCHEMAS.items()}
     envelope = bundle / layout.PROVENANCE
     docs["envelope"] = envelope
-    _, payload = envelope_payload(json.loads(envelope.read_bytes()))
+    payload = base64.b64decode(json.loads(envelope.read_bytes())["payload"], validate=True)
     statement = json.loads(payload)
     docs["statement"] = out / "statement.json"
     docs["statement"].write_bytes(payload)
