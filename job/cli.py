@@ -81,6 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     except (JobError, BundleError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a disk or permission failure while writing: no bundle was published
+        where = f" at {exc.filename}" if exc.filename else ""
+        print(f"error: {exc.strerror or exc}{where}; check free space and permissions there and run again "
+              "(no bundle was written).", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted: no bundle was written", file=sys.stderr)
         return 130

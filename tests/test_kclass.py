@@ -15,9 +15,8 @@ import pytest
 
 from job.metrics import compute_metrics
 from job.predictions import read_logits
-from job.protocol import load_protocol
+from job.protocol import StabilitySpec, load_protocol
 from job.report import check_report, load_docs, report_markdown
-from job.protocol import StabilitySpec
 from job.stability import stability_record
 from job.uncertainty import bootstrap_indices, bootstrap_record
 from tests.factory import make_world
