@@ -55,6 +55,12 @@ CRATE = DESCRIPTOR
 """The crate's name inside data/."""
 SOFTWARE_URL = "https://calibration-runs.example/"
 
+
+def _folder(path: str) -> str:
+    """The crate @id of the folder inside data/ that holds payload file `path` ("predictions/")."""
+    return data_name(path).rsplit("/", 1)[0] + "/"
+
+
 DESCRIPTIONS = {data_name(path): text for path, text in {
     layout.PROTOCOL_JSON: "The pre-registered protocol, byte for byte (its sha256 is the protocol's identity).",
     layout.RESOURCES_JSON: ("The model and dataset files actually used, their hashes and whether they match "
@@ -74,9 +80,10 @@ DESCRIPTIONS = {data_name(path): text for path, text in {
     layout.RELIABILITY_FIGURE: "Reliability diagrams of the audit pool, raw and calibrated.",
     layout.CONFIDENCE_FIGURE: "Histogram of top-label confidence on the audit pool.",
 }.items()}
-DIR_DESCRIPTIONS = {data_name(layout.CALIBRATION_PREDICTIONS).rsplit("/", 1)[0] + "/": "Per-pool predictions (Parquet).",
-                    data_name(layout.RELIABILITY_FIGURE).rsplit("/", 1)[0] + "/":
-                        "Figures rendered from the metrics and the audit predictions."}
+DIR_DESCRIPTIONS = {
+    _folder(layout.CALIBRATION_PREDICTIONS): "Per-pool predictions (Parquet).",
+    _folder(layout.RELIABILITY_FIGURE): "Figures rendered from the metrics and the audit predictions.",
+}
 
 
 def _read(data_dir: Path, path: str) -> Any:

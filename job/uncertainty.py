@@ -130,7 +130,8 @@ def verdict(lower: float, upper: float) -> str:
 def bootstrap_record(spec: BootstrapSpec, protocol_sha256: str, data_dir: Path) -> dict[str, Any]:
     """data/bootstrap.json (schema bootstrap/v1) from data/temperature.json, data/metrics.json and
     data/predictions/audit.parquet in data_dir, under the protocol's `bootstrap` section."""
-    pool, temperature_path = data_dir / data_name(layout.AUDIT_PREDICTIONS), data_dir / data_name(layout.TEMPERATURE_JSON)
+    pool = data_dir / data_name(layout.AUDIT_PREDICTIONS)
+    temperature_path = data_dir / data_name(layout.TEMPERATURE_JSON)
     temperature = loads_strict(temperature_path.read_bytes(), source=layout.TEMPERATURE_JSON)
     beta = float(temperature["beta"])
     logits32, labels = read_logits(pool)
