@@ -60,9 +60,14 @@ METRICS_JSON: Final = "data/metrics.json"
 STAGES_JSON: Final = "data/stages.json"
 ENVIRONMENT_JSON: Final = "data/environment.json"
 
+PREDICTIONS: Final = {"calibration": CALIBRATION_PREDICTIONS, "audit": AUDIT_PREDICTIONS}
+"""Pool name -> its predictions file."""
+
 REPORT_MD: Final = "data/report.md"
 RO_CRATE_JSON: Final = "data/ro-crate-metadata.json"
-FIGURES: Final = ("data/figures/confidence-audit.png", "data/figures/reliability-audit.png")
+RELIABILITY_FIGURE: Final = "data/figures/reliability-audit.png"
+CONFIDENCE_FIGURE: Final = "data/figures/confidence-audit.png"
+FIGURES: Final = (CONFIDENCE_FIGURE, RELIABILITY_FIGURE)
 """Views derived from the files above (FORMAT.md "Derived files"): the report, the RO-Crate
 metadata and the figures."""
 
@@ -108,6 +113,15 @@ def expected_payload(protocol: Mapping[str, Any]) -> tuple[str, ...]:
     """The complete payload, sorted, of a bundle run under the parsed protocol document."""
     extra = [path for section, path in PROTOCOL_SECTION_PAYLOAD.items() if section in protocol]
     return tuple(sorted([*PAYLOAD_FILES, *extra]))
+
+
+def data_name(path: str) -> str:
+    """The name of payload file `path` inside data/ ("data/metrics.json" -> "metrics.json"): how stage
+    records, the report, the crate and the job's data-directory writers refer to it."""
+    prefix = f"{DATA_DIR}/"
+    if not path.startswith(prefix):
+        raise ValueError(f"{path!r} is not a payload path (it does not start with {prefix!r})")
+    return path[len(prefix):]
 
 
 NON_CANONICAL_PAYLOAD: Final = frozenset({PROTOCOL_JSON})

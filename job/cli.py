@@ -6,12 +6,16 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bundle.errors import BundleError
 from job.errors import JobError
 from job.hub import default_cache
 from job.protocol import DEFAULT_PROTOCOL, Protocol, load_protocol
 from job.resources import Resources, resolve_hub, resolve_local
+
+if TYPE_CHECKING:
+    from job.run import RunOptions
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,6 +51,13 @@ def _resources(args: argparse.Namespace, protocol: Protocol, pins_out: Path | No
     return resolve_hub(protocol.resources, args.cache or default_cache(), pins_out=pins_out)
 
 
+def _run_options(args: argparse.Namespace) -> RunOptions:
+    """The typed options of `run`; the namespace goes no further than this module."""
+    from job.run import RunOptions
+    return RunOptions(out=args.out, signing_key=args.signing_key, ephemeral_key=args.ephemeral_key,
+                      progress=not args.no_progress)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -65,9 +76,15 @@ def main(argv: list[str] | None = None) -> int:
             print("smoke ok")
             return 0
         from job.run import run_to_bundle
-        return run_to_bundle(args, protocol, _resources(args, protocol))
+        options = _run_options(args)  # before the resources are checked: a missing key fails fast
+        return run_to_bundle(options, protocol, _resources(args, protocol))
     except (JobError, BundleError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a disk or permission failure while writing: no bundle was published
+        where = f" at {exc.filename}" if exc.filename else ""
+        print(f"error: {exc.strerror or exc}{where}; check free space and permissions there and run again "
+              "(no bundle was written).", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted: no bundle was written", file=sys.stderr)

@@ -24,12 +24,14 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from numpy.typing import NDArray
 
+from bundle import layout
 from bundle.canonical import loads_strict
+from bundle.layout import data_name
 from job.calibration import softmax
 from job.predictions import read_logits
 
-RELIABILITY = "figures/reliability-audit.png"
-CONFIDENCE = "figures/confidence-audit.png"
+RELIABILITY = data_name(layout.RELIABILITY_FIGURE)
+CONFIDENCE = data_name(layout.CONFIDENCE_FIGURE)
 FIGURES = (RELIABILITY, CONFIDENCE)
 """Paths, relative to data/, of every figure the job writes."""
 
@@ -153,8 +155,8 @@ def confidence_png(logits: NDArray[np.float64], beta: float) -> bytes:
 
 def render_figures(data_dir: Path) -> dict[str, bytes]:
     """{path relative to data/: PNG bytes} for every figure, from the bundle's own files."""
-    metrics = loads_strict((data_dir / "metrics.json").read_bytes(), source="metrics.json")
-    logits32, _ = read_logits(data_dir / "predictions" / "audit.parquet")
+    metrics = loads_strict((data_dir / data_name(layout.METRICS_JSON)).read_bytes(), source=layout.METRICS_JSON)
+    logits32, _ = read_logits(data_dir / data_name(layout.AUDIT_PREDICTIONS))
     beta = float(metrics["beta"])
     return {
         RELIABILITY: reliability_png(metrics["pools"]["audit"], float(metrics["temperature"])),

@@ -3,12 +3,13 @@ split -> calibration inference -> fit -> temperature frozen -> audit inference -
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bundle.digests import sha256_file
+from bundle import layout
 from job.artifacts import Artifacts
 from job.calibration import TemperatureFit, fit_temperature, softmax
 from job.dataset import Rows, load_rows
@@ -26,15 +27,24 @@ from job.inference import (
 )
 from job.metrics import compute_metrics
 from job.predictions import predictions_table, read_logits
-from job.protocol import Protocol
-from job.report import REPORT, report_markdown
+from job.protocol import AUDIT, Protocol
+from job.protocol import CALIBRATION as CAL
+from job.report import report_markdown
 from job.resources import Resources
-from job.rocrate import CRATE, crate_bytes
+from job.rocrate import crate_bytes
 from job.split import Pool, make_pools
 from job.stability import stability_record
 from job.uncertainty import bootstrap_record
 
-CAL, AUDIT = "calibration", "audit"
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a finished execute() hands its caller: the records it wrote, as written."""
+
+    temperature: dict[str, Any]  # data/temperature.json
+    metrics: dict[str, Any]  # data/metrics.json
+    bootstrap: dict[str, Any] | None  # data/bootstrap.json; None when the protocol has no bootstrap
+    stability: dict[str, Any] | None  # data/stability.json; None when the protocol has no such study
 
 
 def pools_record(protocol: Protocol, resources: Resources, rows: Rows, pools: dict[str, Pool]) -> dict[str, Any]:
@@ -84,18 +94,17 @@ def temperature_record(protocol: Protocol, fit: TemperatureFit, n: int, predicti
     f = protocol.fit
     return {
         "protocol_sha256": protocol.sha256, "pool": CAL, "n": n, "predictions_sha256": predictions_sha256,
-        "temperature": fit.temperature, "beta": fit.beta, "t_min": float(f["t_min"]),
-        "t_max": float(f["t_max"]), "steps": int(f["steps"]), "boundary": fit.boundary,
+        "temperature": fit.temperature, "beta": fit.beta, "t_min": f.t_min,
+        "t_max": f.t_max, "steps": f.steps, "boundary": fit.boundary,
         "boundary_side": fit.boundary_side, "final_gradient": fit.final_gradient,
         "bracket": list(fit.bracket), "nll_before": fit.nll_before, "nll_after": fit.nll_after,
     }
 
 
 def trajectory_record(protocol: Protocol, fit: TemperatureFit) -> dict[str, Any]:
-    f = protocol.fit
     return {
         "protocol_sha256": protocol.sha256,
-        "beta_min": 1.0 / float(f["t_max"]), "beta_max": 1.0 / float(f["t_min"]),
+        "beta_min": protocol.fit.beta_min, "beta_max": protocol.fit.beta_max,
         "g_at_beta_min": fit.g_at_beta_min, "g_at_beta_max": fit.g_at_beta_max,
         "steps": [{"step": s.step, "lo": s.lo, "hi": s.hi, "mid": s.mid, "g": s.g} for s in fit.steps],
     }
@@ -106,16 +115,16 @@ def metrics_record(protocol: Protocol, art: Artifacts, beta: float) -> dict[str,
     pools: dict[str, Any] = {}
     unchanged = True
     for name, role in ((AUDIT, "evidence"), (CAL, "fit pool, not evidence")):
-        rel = f"predictions/{name}.parquet"
-        logits32, labels = read_logits(art.path(rel))
+        path = layout.PREDICTIONS[name]
+        logits32, labels = read_logits(art.path(path))
         z = logits32.astype(np.float64)
         unchanged &= bool((softmax(beta * z).argmax(axis=1) == z.argmax(axis=1)).all())
         pools[name] = {
-            "role": role, "predictions_sha256": art.sha256[rel],
+            "role": role, "predictions_sha256": art.digest(path),
             "raw": compute_metrics(z, labels, 1.0, protocol.threshold),
             "calibrated": compute_metrics(z, labels, beta, protocol.threshold),
         }
-    return {"protocol_sha256": protocol.sha256, "temperature_sha256": art.sha256["temperature.json"],
+    return {"protocol_sha256": protocol.sha256, "temperature_sha256": art.digest(layout.TEMPERATURE_JSON),
             "beta": beta, "temperature": 1.0 / beta, "argmax_unchanged": unchanged, "pools": pools}
 
 
@@ -125,8 +134,8 @@ def stage(protocol: Protocol, name: str, consumed: dict[str, str], produced: dic
 
 def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: bool = True, *,
             signer_fingerprint: str | None = None, date_published: str | None = None,
-            ) -> dict[str, Any]:
-    """Run every stage into data_dir; return the metrics. Signing and publishing happen elsewhere.
+            ) -> RunResult:
+    """Run every stage into data_dir and return the records written. Signing and publishing happen elsewhere.
 
     signer_fingerprint: the key that will sign the bundle (recorded in ro-crate-metadata.json);
     date_published: the crate's datePublished (default bundle.bag.bagging_date())."""
@@ -134,14 +143,16 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
     clock = StageClock()
     stages: list[dict[str, Any]] = []
     s = Settings.from_protocol(protocol.inference)
+    cal_pred, audit_pred = layout.PREDICTIONS[CAL], layout.PREDICTIONS[AUDIT]
     with PeakRss() as rss:
         with clock.stage("split"):
-            art.write_bytes("protocol.json", protocol.raw)
-            art.write_json("resources.json", resources.record(), "resources")
+            art.write_bytes(layout.PROTOCOL_JSON, protocol.raw)
+            art.write_json(layout.RESOURCES_JSON, resources.record())
             rows = load_rows(resources.dataset.files[0].local, resources.dataset_spec)
-            pools = make_pools(protocol.prefix, rows.ids, protocol.pool_sizes)
-            art.write_json("pools.json", pools_record(protocol, resources, rows, pools), "pools")
-            stages.append(stage(protocol, "split", art.pick("protocol.json", "resources.json"), art.pick("pools.json")))
+            pools = make_pools(protocol.split.prefix, rows.ids, protocol.split.pools)
+            art.write_json(layout.POOLS_JSON, pools_record(protocol, resources, rows, pools))
+            stages.append(stage(protocol, "split", art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON),
+                                art.pick(layout.POOLS_JSON)))
         with clock.stage("load-model"):
             torch_info = configure_torch(s)
             with model_directory(resources.model) as model_dir:
@@ -151,63 +162,65 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
             pad_id = int(tokenizer.pad_token_id or 0)
         with clock.stage("calibration-inference"):
             cal_out = _infer(model, pad_id, tokenizer, rows, pools[CAL], s, progress)
-            art.write_table(f"predictions/{CAL}.parquet", _table(rows, pools[CAL], cal_out))
+            art.write_table(cal_pred, _table(rows, pools[CAL], cal_out))
             stages.append(stage(protocol, "calibration-inference",
-                                art.pick("protocol.json", "resources.json", "pools.json"),
-                                art.pick(f"predictions/{CAL}.parquet")))
+                                art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON, layout.POOLS_JSON),
+                                art.pick(cal_pred)))
         with clock.stage("fit"):
-            logits32, labels = read_logits(art.path(f"predictions/{CAL}.parquet"))
+            logits32, labels = read_logits(art.path(cal_pred))
             f = protocol.fit
-            fit = fit_temperature(logits32.astype(np.float64), labels, float(f["t_min"]), float(f["t_max"]), int(f["steps"]))
-            art.write_json("temperature.json", temperature_record(protocol, fit, len(labels),
-                           art.sha256[f"predictions/{CAL}.parquet"]), "temperature")
-            art.write_json("trajectory.json", trajectory_record(protocol, fit), "trajectory")
-            art.freeze("temperature.json")
-            stages.append(stage(protocol, "fit", art.pick(f"predictions/{CAL}.parquet"),
-                                art.pick("temperature.json", "trajectory.json")))
+            fit = fit_temperature(logits32.astype(np.float64), labels, f.t_min, f.t_max, f.steps)
+            temperature = temperature_record(protocol, fit, len(labels), art.digest(cal_pred))
+            art.write_json(layout.TEMPERATURE_JSON, temperature)
+            art.write_json(layout.TRAJECTORY_JSON, trajectory_record(protocol, fit))
+            art.freeze(layout.TEMPERATURE_JSON)
+            stages.append(stage(protocol, "fit", art.pick(cal_pred),
+                                art.pick(layout.TEMPERATURE_JSON, layout.TRAJECTORY_JSON)))
         with clock.stage("audit-inference"):
-            if sha256_file(art.path("temperature.json")) != art.sha256["temperature.json"]:
+            if not art.unchanged(layout.TEMPERATURE_JSON):
                 raise JobError("temperature.json changed before the audit; the run is void, start it again.")
             audit_out = _infer(model, pad_id, tokenizer, rows, pools[AUDIT], s, progress)
-            art.write_table(f"predictions/{AUDIT}.parquet", _table(rows, pools[AUDIT], audit_out))
+            art.write_table(audit_pred, _table(rows, pools[AUDIT], audit_out))
             stages.append(stage(protocol, "audit-inference",
-                                art.pick("protocol.json", "resources.json", "pools.json", "temperature.json"),
-                                art.pick(f"predictions/{AUDIT}.parquet")))
+                                art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON, layout.POOLS_JSON,
+                                         layout.TEMPERATURE_JSON),
+                                art.pick(audit_pred)))
         with clock.stage("metrics"):
             metrics = metrics_record(protocol, art, fit.beta)
-            art.write_json("metrics.json", metrics, "metrics")
-            stages.append(stage(protocol, "metrics",
-                                art.pick("temperature.json", f"predictions/{CAL}.parquet", f"predictions/{AUDIT}.parquet"),
-                                art.pick("metrics.json")))
+            art.write_json(layout.METRICS_JSON, metrics)
+            stages.append(stage(protocol, "metrics", art.pick(layout.TEMPERATURE_JSON, cal_pred, audit_pred),
+                                art.pick(layout.METRICS_JSON)))
         # Pre-registered studies on the frozen artifacts: descriptive, never fed back into the fit.
-        if "bootstrap" in protocol.doc:
+        bootstrap = stability = None
+        if protocol.bootstrap is not None:
             with clock.stage("bootstrap"):
-                art.write_json("bootstrap.json", bootstrap_record(protocol.doc, protocol.sha256, data_dir), "bootstrap")
-        if "stability" in protocol.doc:
+                bootstrap = bootstrap_record(protocol.bootstrap, protocol.sha256, data_dir)
+                art.write_json(layout.BOOTSTRAP_JSON, bootstrap)
+        if protocol.stability is not None:
             with clock.stage("stability"):
-                art.write_json("stability.json", stability_record(protocol.doc, protocol.sha256, data_dir), "stability")
-        art.write_json("stages.json", {"protocol_sha256": protocol.sha256, "stages": stages}, "stages")
-    art.write_json("environment.json", environment_record(torch_info, clock, rss.mb), "environment")
+                stability = stability_record(protocol.stability, protocol.fit, protocol.sha256, data_dir)
+                art.write_json(layout.STABILITY_JSON, stability)
+        art.write_json(layout.STAGES_JSON, {"protocol_sha256": protocol.sha256, "stages": stages})
+    art.write_json(layout.ENVIRONMENT_JSON, environment_record(torch_info, clock, rss.mb))
     # Views derived from the files above only: figures, the report, then the crate (last: it hashes all).
     for rel, png in render_figures(data_dir).items():
-        art.write_bytes(rel, png)
-    art.write_bytes(REPORT, report_markdown(data_dir).encode("utf-8"))
+        art.write_bytes(f"{layout.DATA_DIR}/{rel}", png)
+    art.write_bytes(layout.REPORT_MD, report_markdown(data_dir).encode("utf-8"))
     if date_published is None:
         from bundle.bag import bagging_date
         date_published = bagging_date()
-    art.write_bytes(CRATE, crate_bytes(data_dir, signer_fingerprint=signer_fingerprint,
-                                       date_published=date_published))
-    return metrics
+    art.write_bytes(layout.RO_CRATE_JSON, crate_bytes(data_dir, signer_fingerprint=signer_fingerprint,
+                                                      date_published=date_published))
+    return RunResult(temperature=temperature, metrics=metrics, bootstrap=bootstrap, stability=stability)
 
 
 def smoke(protocol: Protocol, resources: Resources) -> dict[str, Any]:
     """The first rows of the calibration pool through the whole chain; raises JobError on any break."""
     s = Settings.from_protocol(protocol.inference)
     rows = load_rows(resources.dataset.files[0].local, resources.dataset_spec)
-    pools = make_pools(protocol.prefix, rows.ids, protocol.pool_sizes)
-    spec = protocol.doc["split"]["smoke"]
-    full = pools[spec["pool"]]
-    n = int(spec["rows"])
+    pools = make_pools(protocol.split.prefix, rows.ids, protocol.split.pools)
+    full = pools[protocol.split.smoke_pool]
+    n = protocol.split.smoke_rows
     pool = Pool(full.name, full.positions[:n], full.keys[:n])
     configure_torch(s)
     with model_directory(resources.model) as model_dir:

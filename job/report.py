@@ -24,15 +24,20 @@ import re
 from pathlib import Path
 from typing import Any
 
+from bundle import layout
 from bundle.canonical import loads_strict
+from bundle.layout import data_name
 
-REPORT = "report.md"
-JSON_FILES = ("protocol.json", "resources.json", "pools.json", "temperature.json", "trajectory.json",
-              "metrics.json", "environment.json", "bootstrap.json", "stability.json")
-OPTIONAL = frozenset({"bootstrap.json", "stability.json"})
-FIGURE_FILES = (("figures/reliability-audit.png", ("Reliability diagrams of the audit pool, raw and "
+REPORT = data_name(layout.REPORT_MD)
+"""The report's name inside data/."""
+JSON_FILES = (layout.PROTOCOL_JSON, layout.RESOURCES_JSON, layout.POOLS_JSON, layout.TEMPERATURE_JSON,
+              layout.TRAJECTORY_JSON, layout.METRICS_JSON, layout.ENVIRONMENT_JSON, layout.BOOTSTRAP_JSON,
+              layout.STABILITY_JSON)
+"""The payload files the report is written from (load_docs keys), in reading order."""
+OPTIONAL = frozenset(layout.PROTOCOL_SECTION_PAYLOAD.values())
+FIGURE_FILES = ((layout.RELIABILITY_FIGURE, ("Reliability diagrams of the audit pool, raw and "
                  "calibrated, with the rows in each bin")),
-                ("figures/confidence-audit.png", ("Histogram of top-label confidence on the audit "
+                (layout.CONFIDENCE_FIGURE, ("Histogram of top-label confidence on the audit "
                  "pool, raw and calibrated")))
 METRIC_ROWS = ("n", "correct", "accuracy", "mean_confidence", "nll", "brier", "ece", "mce")
 MARKER = re.compile(r"^<!-- table: ([a-z0-9-]+) -->$")
@@ -77,7 +82,7 @@ def _metrics_table(pool: dict[str, Any]) -> dict[str, dict[str, str]]:
 
 def expected_tables(docs: dict[str, Any]) -> Tables:
     """{table: {row: {column: cell}}} from the parsed JSON files (keys as in JSON_FILES)."""
-    t, m, pools = docs["temperature.json"], docs["metrics.json"], docs["pools.json"]
+    t, m, pools = docs[layout.TEMPERATURE_JSON], docs[layout.METRICS_JSON], docs[layout.POOLS_JSON]
     out: Tables = {
         "pools": {name: {"size": cell(pools["sizes"][name])} for name in pools["sizes"]},
         "temperature": {k: {"value": cell(t[k])} for k in
@@ -100,10 +105,10 @@ def expected_tables(docs: dict[str, Any]) -> Tables:
             for b in range(len(m["pools"]["audit"]["raw"]["bins"]))
         },
     }
-    if docs.get("bootstrap.json") is not None:
-        out["bootstrap"] = _bootstrap_table(docs["bootstrap.json"])
-    if docs.get("stability.json") is not None:
-        out["stability"] = _stability_table(docs["stability.json"])
+    if docs.get(layout.BOOTSTRAP_JSON) is not None:
+        out["bootstrap"] = _bootstrap_table(docs[layout.BOOTSTRAP_JSON])
+    if docs.get(layout.STABILITY_JSON) is not None:
+        out["stability"] = _stability_table(docs[layout.STABILITY_JSON])
     return out
 
 
@@ -195,11 +200,11 @@ def load_docs(data_dir: Path) -> dict[str, Any]:
     """The parsed JSON files of data/ (optional ones None when absent)."""
     docs: dict[str, Any] = {}
     for name in JSON_FILES:
-        path = data_dir / name
+        path = data_dir / data_name(name)
         if name in OPTIONAL and not path.exists():
             docs[name] = None
             continue
-        docs[name] = loads_strict(path.read_bytes(), source=f"data/{name}")
+        docs[name] = loads_strict(path.read_bytes(), source=name)
     return docs
 
 
@@ -299,7 +304,7 @@ def _stability_lines(s: dict[str, Any] | None) -> list[str]:
 
 
 def _limits(docs: dict[str, Any]) -> list[str]:
-    r, b = docs["resources.json"], docs["bootstrap.json"]
+    r, b = docs[layout.RESOURCES_JSON], docs[layout.BOOTSTRAP_JSON]
     items = [
         ("It is about one model on one dataset's sentences; it says nothing about other data, "
         "domains or label shift."),
@@ -317,7 +322,7 @@ def _limits(docs: dict[str, Any]) -> list[str]:
                      "temperature held fixed; it does not cover the choice of calibration rows, the "
                      "model or the dataset. It is one pre-registered interval per metric, not a test "
                      "corrected for multiple comparisons.")
-    if docs["stability.json"] is not None:
+    if docs[layout.STABILITY_JSON] is not None:
         items.append("The calibration-size study is descriptive; it did not choose the temperature.")
     if r["profile"] != "formal":
         items.append("The resources are not the protocol's pinned files (profile other); the figures "
@@ -329,8 +334,8 @@ def report_markdown(data_dir: Path) -> str:
     """The report for the bundle whose payload is data_dir, from its files only."""
     docs = load_docs(data_dir)
     tables = expected_tables(docs)
-    p, t, m = docs["protocol.json"], docs["temperature.json"], docs["metrics.json"]
-    psha = hashlib.sha256((data_dir / "protocol.json").read_bytes()).hexdigest()
+    p, t, m = docs[layout.PROTOCOL_JSON], docs[layout.TEMPERATURE_JSON], docs[layout.METRICS_JSON]
+    psha = hashlib.sha256((data_dir / data_name(layout.PROTOCOL_JSON)).read_bytes()).hexdigest()
     out: list[str] = [f"# Calibration run: {p['name']}", "",
                       ("All numbers below are read from this bundle's files; tables marked "
                       "`<!-- table: ... -->` are checked against them by the verifier "
@@ -338,7 +343,7 @@ def report_markdown(data_dir: Path) -> str:
                       "## Question", "", p["question"], "",
                       "## Protocol", "", _protocol_paragraph(p, psha), "",
                       "## Resources", ""]
-    out += _resources_lines(docs["resources.json"]) + [""]
+    out += _resources_lines(docs[layout.RESOURCES_JSON]) + [""]
     out += ["## Pools", "",
             ("Disjoint pools in ascending split key (pools.json). The explore pool is not used by the "
             "run; the calibration pool fits the temperature; the audit pool is the evidence."), ""]
@@ -347,7 +352,7 @@ def report_markdown(data_dir: Path) -> str:
             ("Fitted on the calibration pool (temperature.json); `nll_before` and `nll_after` are the "
             "calibration-pool NLL at T = 1 and at the fitted T."), ""]
     out += _render_table("temperature", tables["temperature"], "quantity")
-    out += _trajectory_lines(t, docs["trajectory.json"]) + [""]
+    out += _trajectory_lines(t, docs[layout.TRAJECTORY_JSON]) + [""]
     out += ["## Metrics", "",
             ("Audit pool, the evidence (metrics.json). `change` is calibrated minus raw; lower is "
             "better for nll, brier, ece and mce."), ""]
@@ -361,12 +366,12 @@ def report_markdown(data_dir: Path) -> str:
     out += ["### Reliability bins, audit pool", "",
             "Bin b holds confidence in [lower, upper) (the last bin also holds 1.0).", ""]
     out += _render_table("bins-audit", tables["bins-audit"], "bin")
-    figures = [(path, alt) for path, alt in FIGURE_FILES if (data_dir / path).exists()]
+    figures = [(data_name(path), alt) for path, alt in FIGURE_FILES if (data_dir / data_name(path)).exists()]
     out += ["## Figures", ""]
     out += [f"![{alt}]({path})\n" for path, alt in figures] or ["No figures were rendered.", ""]
-    out += ["## Uncertainty", ""] + _bootstrap_lines(docs["bootstrap.json"])
-    out += ["## Calibration-size stability", ""] + _stability_lines(docs["stability.json"])
-    out += ["## Environment", ""] + _environment_lines(docs["environment.json"]) + [""]
+    out += ["## Uncertainty", ""] + _bootstrap_lines(docs[layout.BOOTSTRAP_JSON])
+    out += ["## Calibration-size stability", ""] + _stability_lines(docs[layout.STABILITY_JSON])
+    out += ["## Environment", ""] + _environment_lines(docs[layout.ENVIRONMENT_JSON]) + [""]
     out += ["## What this result does not show", ""] + _limits(docs)
     return "\n".join(out) + "\n"
 

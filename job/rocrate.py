@@ -21,45 +21,74 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+from bundle import layout
 from bundle.canonical import dumps, loads_strict
+from bundle.crate_terms import (
+    CONTAINER_IMAGE,
+    CONTEXT,
+    CREATE_ACTION,
+    CREATIVE_WORK,
+    DATASET,
+    DESCRIPTOR,
+    FILE,
+    FINGERPRINT_PROPERTY,
+    INPUT_FILES,
+    INPUTS,
+    MEDIA_TYPES,
+    NO_LICENSE,
+    PROFILE,
+    PROFILE_TYPE,
+    PROFILE_VERSION,
+    PROPERTY_VALUE,
+    ROOT,
+    RUN,
+    SIGNER_KEY,
+    SOFTWARE_APPLICATION,
+    SOFTWARE_COMMIT,
+    SOFTWARE_ID,
+    VOLATILE,
+)
+from bundle.layout import data_name
 from job import __version__
 
-CRATE = "ro-crate-metadata.json"
-RO_CRATE = "https://w3id.org/ro/crate/1.2"
-CONTEXT = "https://w3id.org/ro/crate/1.2/context"
-SOFTWARE_ID = "https://calibration-runs.example/software/calibration-runs"
+CRATE = DESCRIPTOR
+"""The crate's name inside data/."""
 SOFTWARE_URL = "https://calibration-runs.example/"
-SCHEMA_PREFIX = "https://calibration-runs.example/schemas/"
-SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
-FINGERPRINT_PROPERTY = "https://calibration-runs.example/terms/ed25519-public-key-sha256"
-NO_LICENSE = "#license-not-stated"
 
-MEDIA_TYPES = {".json": "application/json", ".parquet": "application/vnd.apache.parquet",
-               ".png": "image/png", ".md": "text/markdown"}
-DESCRIPTIONS = {
-    "protocol.json": "The pre-registered protocol, byte for byte (its sha256 is the protocol's identity).",
-    "resources.json": "The model and dataset files actually used, their hashes and whether they match the pins.",
-    "pools.json": "Identity manifests of the explore, calibration and audit pools.",
-    "predictions/calibration.parquet": "Calibration-pool logits, probabilities and labels.",
-    "predictions/audit.parquet": "Audit-pool logits, probabilities and labels.",
-    "temperature.json": "The fitted temperature.",
-    "trajectory.json": "Every bisection step of the fit.",
-    "metrics.json": "Raw and calibrated metrics of the audit pool (evidence) and the calibration pool.",
-    "stages.json": "What each stage consumed and produced, by sha256.",
-    "environment.json": ("Machine, versions, threads, stage timings and peak memory of the run; it "
-                         "varies between runs, so its size and hash are only in the bag manifests."),
-    "bootstrap.json": "Pre-registered paired bootstrap intervals of the calibrated-minus-raw change.",
-    "stability.json": "Pre-registered, descriptive calibration-size study.",
-    "report.md": "The run explained for a reader, generated from these files.",
-    "figures/reliability-audit.png": "Reliability diagrams of the audit pool, raw and calibrated.",
-    "figures/confidence-audit.png": "Histogram of top-label confidence on the audit pool.",
+
+def _folder(path: str) -> str:
+    """The crate @id of the folder inside data/ that holds payload file `path` ("predictions/")."""
+    return data_name(path).rsplit("/", 1)[0] + "/"
+
+
+DESCRIPTIONS = {data_name(path): text for path, text in {
+    layout.PROTOCOL_JSON: "The pre-registered protocol, byte for byte (its sha256 is the protocol's identity).",
+    layout.RESOURCES_JSON: ("The model and dataset files actually used, their hashes and whether they match "
+                            "the pins."),
+    layout.POOLS_JSON: "Identity manifests of the explore, calibration and audit pools.",
+    layout.CALIBRATION_PREDICTIONS: "Calibration-pool logits, probabilities and labels.",
+    layout.AUDIT_PREDICTIONS: "Audit-pool logits, probabilities and labels.",
+    layout.TEMPERATURE_JSON: "The fitted temperature.",
+    layout.TRAJECTORY_JSON: "Every bisection step of the fit.",
+    layout.METRICS_JSON: "Raw and calibrated metrics of the audit pool (evidence) and the calibration pool.",
+    layout.STAGES_JSON: "What each stage consumed and produced, by sha256.",
+    layout.ENVIRONMENT_JSON: ("Machine, versions, threads, stage timings and peak memory of the run; it "
+                              "varies between runs, so its size and hash are only in the bag manifests."),
+    layout.BOOTSTRAP_JSON: "Pre-registered paired bootstrap intervals of the calibrated-minus-raw change.",
+    layout.STABILITY_JSON: "Pre-registered, descriptive calibration-size study.",
+    layout.REPORT_MD: "The run explained for a reader, generated from these files.",
+    layout.RELIABILITY_FIGURE: "Reliability diagrams of the audit pool, raw and calibrated.",
+    layout.CONFIDENCE_FIGURE: "Histogram of top-label confidence on the audit pool.",
+}.items()}
+DIR_DESCRIPTIONS = {
+    _folder(layout.CALIBRATION_PREDICTIONS): "Per-pool predictions (Parquet).",
+    _folder(layout.RELIABILITY_FIGURE): "Figures rendered from the metrics and the audit predictions.",
 }
-DIR_DESCRIPTIONS = {"predictions/": "Per-pool predictions (Parquet).",
-                    "figures/": "Figures rendered from the metrics and the audit predictions."}
-INPUTS = ("protocol.json",)
-VOLATILE = frozenset({"environment.json"})
-"""Files that differ between two runs on the same inputs: listed without size or hash (the bag
-manifests hash them), so that the crate itself stays byte-identical between such runs."""
+
+
+def _read(data_dir: Path, path: str) -> Any:
+    """The parsed JSON payload file `path` (a layout name) of data_dir."""
+    return loads_strict((data_dir / data_name(path)).read_bytes(), source=path)
 
 
 def _ref(i: str) -> dict[str, str]:
@@ -78,16 +107,14 @@ def payload_files(data_dir: Path) -> list[str]:
 
 
 def schema_id(rel: str) -> str | None:
-    """The $id of the schema a JSON payload file follows (schemas/<stem>.schema.json), if any."""
-    if not rel.endswith(".json") or "/" in rel:
-        return None
-    stem = rel[: -len(".json")]
-    return f"{SCHEMA_PREFIX}{stem}/v1" if (SCHEMA_DIR / f"{stem}.schema.json").is_file() else None
+    """The $id of the schema the payload file `rel` (a name inside data/) follows, if any."""
+    name = layout.PAYLOAD_SCHEMAS.get(f"{layout.DATA_DIR}/{rel}")
+    return None if name is None else layout.schema_id_for(name)
 
 
 def _file_entity(data_dir: Path, rel: str) -> dict[str, Any]:
     entity: dict[str, Any] = {
-        "@id": rel, "@type": "File", "name": rel,
+        "@id": rel, "@type": FILE, "name": rel,
         "encodingFormat": MEDIA_TYPES.get(Path(rel).suffix, "application/octet-stream"),
     }
     if rel not in VOLATILE:
@@ -103,13 +130,13 @@ def _file_entity(data_dir: Path, rel: str) -> dict[str, Any]:
 
 def _input_entities(kind: str, repo: dict[str, Any]) -> list[dict[str, Any]]:
     """The model or dataset the run read, as a contextual entity with one part per file."""
-    rid = f"#input-{kind}"
+    rid = INPUTS[kind]
     hub = repo["source"] == "hub"
     base = f"https://huggingface.co/{'datasets/' if kind == 'dataset' else ''}{repo['repo_id']}"
     parts = []
     for f in repo["files"]:
         part: dict[str, Any] = {
-            "@id": f"{rid}/{f['path']}", "@type": "CreativeWork", "name": f["path"],
+            "@id": f"{rid}/{f['path']}", "@type": CREATIVE_WORK, "name": f["path"],
             "contentSize": str(f["size"]), "sha256": f["sha256"],
             "description": (f"pin: {f['pin']}; pinned sha256: {f['pinned_sha256'] or 'none'}; "
                             f"matches pin: {'yes' if f['matches_pin'] else 'no'}"),
@@ -118,7 +145,7 @@ def _input_entities(kind: str, repo: dict[str, Any]) -> list[dict[str, Any]]:
             part["url"] = f"{base}/resolve/{repo['revision']}/{f['path']}"
         parts.append(part)
     entity: dict[str, Any] = {
-        "@id": rid, "@type": "CreativeWork", "name": f"{repo['repo_id']}@{repo['revision']}",
+        "@id": rid, "@type": CREATIVE_WORK, "name": f"{repo['repo_id']}@{repo['revision']}",
         "description": f"The {kind} read by the run ({repo['repo_type']} repository {repo['repo_id']}, "
                        f"revision {repo['revision']}, source {repo['source']}).",
         "version": repo["revision"], "hasPart": _refs([p["@id"] for p in parts]),
@@ -135,18 +162,19 @@ def crate_metadata(data_dir: Path, *, signer_fingerprint: str | None, date_publi
     date_published: YYYY-MM-DD (use bundle.bag.bagging_date() so that it equals Bagging-Date).
     license_id: @id of the bundle's license (e.g. an SPDX URL); None says "not stated"."""
     files = payload_files(data_dir)
-    protocol = loads_strict((data_dir / "protocol.json").read_bytes(), source="protocol.json")
-    resources = loads_strict((data_dir / "resources.json").read_bytes(), source="resources.json")
-    env = loads_strict((data_dir / "environment.json").read_bytes(), source="environment.json")
-    protocol_sha256 = hashlib.sha256((data_dir / "protocol.json").read_bytes()).hexdigest()
+    protocol_raw = (data_dir / data_name(layout.PROTOCOL_JSON)).read_bytes()
+    protocol = loads_strict(protocol_raw, source=layout.PROTOCOL_JSON)
+    resources = _read(data_dir, layout.RESOURCES_JSON)
+    env = _read(data_dir, layout.ENVIRONMENT_JSON)
+    protocol_sha256 = hashlib.sha256(protocol_raw).hexdigest()
 
     graph: list[dict[str, Any]] = [{
-        "@id": CRATE, "@type": "CreativeWork", "conformsTo": _ref(RO_CRATE), "about": _ref("./"),
+        "@id": CRATE, "@type": CREATIVE_WORK, "conformsTo": _ref(PROFILE), "about": _ref(ROOT),
     }]
     dirs = sorted({rel.rsplit("/", 1)[0] + "/" for rel in files if "/" in rel})
     top = [rel for rel in files if "/" not in rel] + dirs
     root: dict[str, Any] = {
-        "@id": "./", "@type": "Dataset",
+        "@id": ROOT, "@type": DATASET,
         "name": f"Temperature-scaling calibration run: {protocol['name']}",
         "description": (f"A signed calibration bundle's payload: one temperature fitted on a "
                         f"calibration pool and audited on a separate pool under the pre-registered "
@@ -154,59 +182,59 @@ def crate_metadata(data_dir: Path, *, signer_fingerprint: str | None, date_publi
                         f"Question: {protocol['question']}"),
         "datePublished": date_published,
         "license": _ref(license_id or NO_LICENSE),
-        "conformsTo": _ref(RO_CRATE),
+        "conformsTo": _ref(PROFILE),
         "hasPart": _refs(top),
-        "mentions": _refs(["#run"] + (["#signer-key"] if signer_fingerprint else [])),
+        "mentions": _refs([RUN] + ([SIGNER_KEY] if signer_fingerprint else [])),
     }
     graph.append(root)
     graph += [
-        {"@id": RO_CRATE, "@type": ["CreativeWork", "Profile"], "name": "RO-Crate", "version": "1.2"},
+        {"@id": PROFILE, "@type": [CREATIVE_WORK, PROFILE_TYPE], "name": "RO-Crate", "version": PROFILE_VERSION},
     ]
     if license_id is None:
-        graph.append({"@id": NO_LICENSE, "@type": "CreativeWork", "name": "No license stated",
+        graph.append({"@id": NO_LICENSE, "@type": CREATIVE_WORK, "name": "No license stated",
                       "description": "The publisher of this bundle has not stated a license; the "
                                      "model and the dataset keep their own licenses."})
     for d in dirs:
-        graph.append({"@id": d, "@type": "Dataset", "name": d.rstrip("/"),
+        graph.append({"@id": d, "@type": DATASET, "name": d.rstrip("/"),
                       "description": DIR_DESCRIPTIONS.get(d, f"The files under {d}."),
                       "hasPart": _refs([r for r in files if r.startswith(d)])})
     graph += [_file_entity(data_dir, rel) for rel in files]
     for sid in sorted({e for rel in files if (e := schema_id(rel)) is not None}):
-        graph.append({"@id": sid, "@type": "CreativeWork", "name": f"JSON Schema {sid[len(SCHEMA_PREFIX):]}",
+        graph.append({"@id": sid, "@type": CREATIVE_WORK, "name": f"JSON Schema {sid[len(layout.SCHEMA_ID_PREFIX):]}",
                       "encodingFormat": "application/schema+json"})
 
     software: dict[str, Any] = {
-        "@id": SOFTWARE_ID, "@type": "SoftwareApplication", "name": "calibration-runs",
+        "@id": SOFTWARE_ID, "@type": SOFTWARE_APPLICATION, "name": "calibration-runs",
         "version": __version__, "url": SOFTWARE_URL,
         "description": "The calibration job (python -m job run) that wrote this payload.",
     }
     extra: list[dict[str, Any]] = []
     if env.get("git_commit"):
-        software["identifier"] = _ref("#software-commit")
-        extra.append({"@id": "#software-commit", "@type": "PropertyValue", "name": "git commit",
+        software["identifier"] = _ref(SOFTWARE_COMMIT)
+        extra.append({"@id": SOFTWARE_COMMIT, "@type": PROPERTY_VALUE, "name": "git commit",
                       "propertyID": "git commit", "value": env["git_commit"]})
     if env.get("image"):
-        software["additionalProperty"] = _ref("#container-image")
-        extra.append({"@id": "#container-image", "@type": "PropertyValue", "name": "container image",
+        software["additionalProperty"] = _ref(CONTAINER_IMAGE)
+        extra.append({"@id": CONTAINER_IMAGE, "@type": PROPERTY_VALUE, "name": "container image",
                       "propertyID": "CALIBRATION_IMAGE", "value": env["image"]})
     graph += [software, *extra]
 
     inputs = [*_input_entities("model", resources["model"]), *_input_entities("dataset", resources["dataset"])]
     graph += inputs
     action: dict[str, Any] = {
-        "@id": "#run", "@type": "CreateAction",
+        "@id": RUN, "@type": CREATE_ACTION,
         "name": f"Calibration run under protocol {protocol_sha256[:16]}",
         "description": "Split, calibration-pool inference, temperature fit, audit-pool inference, "
                        "metrics and the derived files, as the protocol orders them; start and end "
                        "of each stage are in environment.json.",
         "instrument": _ref(SOFTWARE_ID),
-        "object": [_ref(r) for r in INPUTS] + [_ref("#input-model"), _ref("#input-dataset")],
-        "result": _refs([r for r in files if r not in INPUTS]),
+        "object": [_ref(r) for r in INPUT_FILES] + [_ref(INPUTS["model"]), _ref(INPUTS["dataset"])],
+        "result": _refs([r for r in files if r not in INPUT_FILES]),
     }
     graph.append(action)
     if signer_fingerprint:
         graph.append({
-            "@id": "#signer-key", "@type": "PropertyValue", "name": "signer public key fingerprint",
+            "@id": SIGNER_KEY, "@type": PROPERTY_VALUE, "name": "signer public key fingerprint",
             "propertyID": FINGERPRINT_PROPERTY, "value": signer_fingerprint,
             "description": "sha256 hex of the raw 32-byte Ed25519 public key that signs this bundle "
                            "(signer.pub.pem and the DSSE keyid, next to data/).",

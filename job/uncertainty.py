@@ -26,15 +26,17 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from bundle import layout
 from bundle.canonical import loads_strict
 from bundle.digests import sha256_file
+from bundle.layout import data_name
 from job.calibration import log_softmax
 from job.metrics import BINS, bin_index
 from job.predictions import read_logits
+from job.protocol import AUDIT, BootstrapSpec
 
 F64 = NDArray[np.float64]
 METRICS = ("nll", "brier", "ece")
-POOL_REL = "predictions/audit.parquet"
 
 
 def bootstrap_indices(n: int, resamples: int, seed: int) -> NDArray[np.int64]:
@@ -125,31 +127,31 @@ def verdict(lower: float, upper: float) -> str:
     return "no claim"
 
 
-def bootstrap_record(protocol_doc: dict[str, Any], protocol_sha256: str, data_dir: Path) -> dict[str, Any]:
+def bootstrap_record(spec: BootstrapSpec, protocol_sha256: str, data_dir: Path) -> dict[str, Any]:
     """data/bootstrap.json (schema bootstrap/v1) from data/temperature.json, data/metrics.json and
-    data/predictions/audit.parquet, under the protocol's `bootstrap` section."""
-    spec = protocol_doc["bootstrap"]
-    temperature = loads_strict((data_dir / "temperature.json").read_bytes(), source="temperature.json")
+    data/predictions/audit.parquet in data_dir, under the protocol's `bootstrap` section."""
+    pool = data_dir / data_name(layout.AUDIT_PREDICTIONS)
+    temperature_path = data_dir / data_name(layout.TEMPERATURE_JSON)
+    temperature = loads_strict(temperature_path.read_bytes(), source=layout.TEMPERATURE_JSON)
     beta = float(temperature["beta"])
-    logits32, labels = read_logits(data_dir / POOL_REL)
-    quantiles = (float(spec["interval"]["quantiles"][0]), float(spec["interval"]["quantiles"][1]))
+    logits32, labels = read_logits(pool)
     boot = paired_bootstrap(logits32.astype(np.float64), labels, beta,
-                            resamples=int(spec["resamples"]), seed=int(spec["seed"]), quantiles=quantiles)
-    wanted = [m for m in METRICS if m in spec["metrics"]]
+                            resamples=spec.resamples, seed=spec.seed, quantiles=spec.quantiles)
+    wanted = [m for m in METRICS if m in spec.metrics]
     return {
         "protocol_sha256": protocol_sha256,
-        "pool": "audit",
+        "pool": AUDIT,
         "n": boot.n,
-        "predictions_sha256": sha256_file(data_dir / POOL_REL),
-        "temperature_sha256": sha256_file(data_dir / "temperature.json"),
-        "metrics_sha256": sha256_file(data_dir / "metrics.json"),
+        "predictions_sha256": sha256_file(pool),
+        "temperature_sha256": sha256_file(temperature_path),
+        "metrics_sha256": sha256_file(data_dir / data_name(layout.METRICS_JSON)),
         "beta": beta,
         "resamples": boot.resamples,
         "seed": boot.seed,
         "rng": "numpy.random.Generator(numpy.random.PCG64(seed)).integers(0, n, size=(resamples, n))",
         "indices_sha256": boot.indices_sha256,
         "statistic": "calibrated minus raw",
-        "interval": {"level": float(spec["interval"]["level"]), "quantiles": list(quantiles),
+        "interval": {"level": spec.level, "quantiles": list(spec.quantiles),
                      "method": "linear"},
         "differences": {
             m: {"point": boot.point[m], "lower": boot.lower[m], "upper": boot.upper[m],

@@ -145,3 +145,52 @@ def test_broken_protocol_is_refused_before_any_work(tmp_path, tiny_world, signin
     bad.write_bytes(content)
     out = tmp_path / "out"
     assert_clean_failure(run(bad, lock, out, signing_key_dir), capsys, out, fragment, str(bad))
+
+
+def test_run_without_a_signing_key_is_refused(tmp_path, tiny_world, capsys):
+    protocol, lock = tiny_world
+    out = tmp_path / "out"
+    rc = main(["run", "--protocol", str(protocol), "--resources", str(lock), "--out", str(out), "--no-progress"])
+    assert_clean_failure(rc, capsys, out, "--signing-key", "--ephemeral-key", "unsigned")
+    assert not (tmp_path / "out.key").exists()
+
+
+@pytest.mark.parametrize(("edit", "fragments"), [
+    (lambda d: d["fit"].update(t_min=5.0, t_max=2.0), ("t_min must be below t_max",)),
+    (lambda d: d["fit"].update(pool="audit"), ("fit.pool",)),
+    (lambda d: d["split"]["smoke"].update(rows=999), ("split.smoke.rows",)),
+    (lambda d: d["split"].update(pools=[p for p in d["split"]["pools"] if p["name"] != "audit"]),
+     ("no audit pool",)),
+    (lambda d: d["split"]["pools"].append(dict(d["split"]["pools"][0])), ("repeat",)),
+    (lambda d: d["bootstrap"]["interval"].update(quantiles=[0.975, 0.025]), ("quantiles",)),
+])
+def test_protocol_the_job_cannot_follow(tmp_path, tiny_world, signing_key_dir, capsys, edit, fragments):
+    protocol, lock = tiny_world
+    bad = edited_json(protocol, tmp_path / "protocol.json", edit)
+    out = tmp_path / "out"
+    assert_clean_failure(run(bad, lock, out, signing_key_dir), capsys, out, *fragments)
+
+
+def test_a_frozen_file_that_changes_is_a_job_error(tmp_path):
+    from bundle import layout
+    from job.artifacts import Artifacts
+    from job.errors import JobError
+
+    art = Artifacts(tmp_path / "data")
+    art.write_bytes(layout.REPORT_MD, b"first")
+    assert art.pick(layout.REPORT_MD) == {"report.md": sha256(tmp_path / "data" / "report.md")}
+    (tmp_path / "data" / "report.md").write_bytes(b"second")
+    with pytest.raises(JobError, match="changed"):
+        art.freeze(layout.REPORT_MD)
+
+
+def test_an_os_error_is_one_sentence(tmp_path, tiny_world, signing_key_dir, capsys, monkeypatch):
+    import job.run
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device", str(tmp_path / "x"))
+
+    monkeypatch.setattr(job.run, "execute", disk_full)
+    protocol, lock = tiny_world
+    out = tmp_path / "out"
+    assert_clean_failure(run(protocol, lock, out, signing_key_dir), capsys, out, "No space left on device")

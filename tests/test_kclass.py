@@ -15,7 +15,7 @@ import pytest
 
 from job.metrics import compute_metrics
 from job.predictions import read_logits
-from job.protocol import load_protocol
+from job.protocol import StabilitySpec, load_protocol
 from job.report import check_report, load_docs, report_markdown
 from job.stability import stability_record
 from job.uncertainty import bootstrap_indices, bootstrap_record
@@ -74,7 +74,7 @@ def test_derived_files_for_k_classes(three_class_bundle: Path, tmp_path: Path):
     z = z32.astype(np.float64)
     assert z.shape[1] == K
 
-    boot = bootstrap_record(protocol.doc, protocol.sha256, data)
+    boot = bootstrap_record(protocol.bootstrap, protocol.sha256, data)
     beta = boot["beta"]
     idx = bootstrap_indices(len(y), boot["resamples"], boot["seed"])[:100]
     for metric, d in boot["differences"].items():
@@ -86,9 +86,7 @@ def test_derived_files_for_k_classes(three_class_bundle: Path, tmp_path: Path):
     if (data / "bootstrap.json").exists():
         assert json.loads((data / "bootstrap.json").read_text()) == boot
 
-    doc = json.loads(json.dumps(protocol.doc))
-    doc["stability"]["sizes"] = [6, 12, 24]
-    stab = stability_record(doc, protocol.sha256, data)
+    stab = stability_record(StabilitySpec(sizes=(6, 12, 24)), protocol.fit, protocol.sha256, data)
     assert [e["m"] for e in stab["sizes"]] == [6, 12, 24]
     assert stab["sizes"][-1]["temperature"] == json.loads((data / "temperature.json").read_text())["temperature"]
 

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from bundle import layout
 from bundle.canonical import dumps
 from job.figures import render_figures
-from job.protocol import load_protocol
+from job.protocol import StabilitySpec, load_protocol
 from job.report import (
     cell,
     change,
@@ -41,10 +42,10 @@ def base_data(tiny_data: Path, tmp_path: Path) -> Path:
 def full_data(base_data: Path) -> Path:
     """The copy with bootstrap, stability (sizes that fit the tiny pool) and figures."""
     protocol = load_protocol(base_data / "protocol.json")
-    doc = json.loads(json.dumps(protocol.doc))
-    doc["stability"]["sizes"] = [5, 10, 20]
-    (base_data / "bootstrap.json").write_bytes(dumps(bootstrap_record(protocol.doc, protocol.sha256, base_data)))
-    (base_data / "stability.json").write_bytes(dumps(stability_record(doc, protocol.sha256, base_data)))
+    assert protocol.bootstrap is not None
+    (base_data / "bootstrap.json").write_bytes(dumps(bootstrap_record(protocol.bootstrap, protocol.sha256, base_data)))
+    stability = stability_record(StabilitySpec(sizes=(5, 10, 20)), protocol.fit, protocol.sha256, base_data)
+    (base_data / "stability.json").write_bytes(dumps(stability))
     for rel, png in render_figures(base_data).items():
         (base_data / rel).parent.mkdir(parents=True, exist_ok=True)
         (base_data / rel).write_bytes(png)
@@ -115,9 +116,9 @@ def test_without_the_bootstrap_there_is_no_claim(base_data: Path):
 def test_a_changed_number_is_caught(full_data: Path):
     md = report_markdown(full_data)
     docs = load_docs(full_data)
-    nll = cell(docs["metrics.json"]["pools"]["audit"]["calibrated"]["nll"])
-    bad = md.replace(f"| nll | {cell(docs['metrics.json']['pools']['audit']['raw']['nll'])} | {nll} |",
-                     f"| nll | {cell(docs['metrics.json']['pools']['audit']['raw']['nll'])} | 0.000001 |", 1)
+    nll = cell(docs[layout.METRICS_JSON]["pools"]["audit"]["calibrated"]["nll"])
+    bad = md.replace(f"| nll | {cell(docs[layout.METRICS_JSON]['pools']['audit']['raw']['nll'])} | {nll} |",
+                     f"| nll | {cell(docs[layout.METRICS_JSON]['pools']['audit']['raw']['nll'])} | 0.000001 |", 1)
     assert bad != md
     problems = check_report(bad, docs)
     assert len(problems) == 1 and "metrics-audit: row nll" in problems[0]

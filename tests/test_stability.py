@@ -14,8 +14,10 @@ import numpy as np
 from bundle.canonical import dumps
 from job.calibration import fit_temperature, mean_nll
 from job.predictions import read_logits
-from job.protocol import load_protocol
+from job.protocol import FitSpec, StabilitySpec, load_protocol
 from job.stability import size_curve, stability_record
+
+FIT = FitSpec(t_min=0.05, t_max=20.0, steps=60)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -37,7 +39,7 @@ def overconfident(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 def test_nested_first_m_rows_and_skipped_sizes():
     cz, cy = overconfident(100, 0)
     az, ay = overconfident(70, 1)
-    entries, skipped = size_curve(cz, cy, az, ay, [64, 16, 200, 100, 32], 0.05, 20.0, 60)
+    entries, skipped = size_curve(cz, cy, az, ay, [64, 16, 200, 100, 32], FIT)
     assert [e["m"] for e in entries] == [16, 32, 64, 100] and skipped == [200]
     for e in entries:
         fit = fit_temperature(cz[: e["m"]], cy[: e["m"]], 0.05, 20.0, 60)
@@ -53,10 +55,10 @@ def test_nested_first_m_rows_and_skipped_sizes():
 def test_the_curve_does_not_depend_on_rows_after_m():
     cz, cy = overconfident(80, 2)
     az, ay = overconfident(40, 3)
-    a, _ = size_curve(cz, cy, az, ay, [20, 40], 0.05, 20.0, 60)
+    a, _ = size_curve(cz, cy, az, ay, [20, 40], FIT)
     cz2 = cz.copy()
     cz2[40:] = -cz2[40:]
-    b, _ = size_curve(cz2, cy, az, ay, [20, 40], 0.05, 20.0, 60)
+    b, _ = size_curve(cz2, cy, az, ay, [20, 40], FIT)
     assert a == b
 
 
@@ -66,7 +68,7 @@ def test_record_from_the_payload_files(tiny_data: Path):
     n_cal = json.loads((tiny_data / "temperature.json").read_text())["n"]
     doc["stability"]["sizes"] = [5, 10, n_cal, 256]
     before = hashlib.sha256((tiny_data / "temperature.json").read_bytes()).hexdigest()
-    rec = stability_record(doc, protocol.sha256, tiny_data)
+    rec = stability_record(StabilitySpec.from_protocol(doc["stability"]), protocol.fit, protocol.sha256, tiny_data)
     validate(rec, "stability")
     dumps(rec)
     assert [e["m"] for e in rec["sizes"]] == [5, 10, n_cal] and rec["skipped_sizes"] == [256]
@@ -83,6 +85,6 @@ def test_protocol_sizes_larger_than_the_tiny_pool_are_all_skipped(tiny_data: Pat
     protocol = load_protocol(tiny_data / "protocol.json")
     doc = json.loads(json.dumps(protocol.doc))
     doc["stability"]["sizes"] = load_protocol().doc["stability"]["sizes"]  # the formal 32..256
-    rec = stability_record(doc, protocol.sha256, tiny_data)
+    rec = stability_record(StabilitySpec.from_protocol(doc["stability"]), protocol.fit, protocol.sha256, tiny_data)
     validate(rec, "stability")
     assert rec["sizes"] == [] and rec["skipped_sizes"] == sorted(doc["stability"]["sizes"])

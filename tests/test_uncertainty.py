@@ -102,11 +102,11 @@ def test_record_from_the_payload_files(tiny_data: Path, tmp_path: Path):
     data = tmp_path / "data"
     shutil.copytree(tiny_data, data)
     protocol = load_protocol(data / "protocol.json")
-    assert "bootstrap" in protocol.doc, "the tiny protocol is a copy of provenance.json"
-    rec = bootstrap_record(protocol.doc, protocol.sha256, data)
+    assert protocol.bootstrap is not None, "the tiny protocol is a copy of provenance.json"
+    rec = bootstrap_record(protocol.bootstrap, protocol.sha256, data)
     validate(rec, "bootstrap")
     dumps(rec)  # canonical JSON accepts it
-    assert rec == bootstrap_record(protocol.doc, protocol.sha256, data)
+    assert rec == bootstrap_record(protocol.bootstrap, protocol.sha256, data)
     spec = protocol.doc["bootstrap"]
     assert rec["resamples"] == spec["resamples"] and rec["seed"] == spec["seed"]
     assert rec["indices_sha256"] == indices_sha256(

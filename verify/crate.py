@@ -17,21 +17,22 @@ from typing import Any
 
 from bundle import layout
 from bundle.canonical import dumps, loads_strict
+from bundle.crate_terms import (
+    CONTEXT,
+    DESCRIPTOR,
+    FINGERPRINT_PROPERTY,
+    INPUTS,
+    MEDIA_TYPES,
+    PROFILE,
+    ROOT,
+    RUN,
+)
+from bundle.crate_terms import VOLATILE as MAY_OMIT_HASH
 from bundle.errors import CanonicalJSONError
 from verify.context import Context
 from verify.result import Failed
 
-CONTEXT = "https://w3id.org/ro/crate/1.2/context"
-PROFILE = "https://w3id.org/ro/crate/1.2"
-DESCRIPTOR = "ro-crate-metadata.json"
-ROOT = "./"
-RUN = "#run"
-INPUTS = {"model": "#input-model", "dataset": "#input-dataset"}
-PROTOCOL = "protocol.json"
-FINGERPRINT_PROPERTY = "https://calibration-runs.example/terms/ed25519-public-key-sha256"
-MAY_OMIT_HASH = frozenset({"environment.json"})
-MEDIA_TYPES = {".json": "application/json", ".parquet": "application/vnd.apache.parquet",
-               ".png": "image/png", ".md": "text/markdown"}
+PROTOCOL = layout.data_name(layout.PROTOCOL_JSON)
 _ABSOLUTE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
