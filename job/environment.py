@@ -107,9 +107,12 @@ class _Timed:
                                    "end": datetime.now(UTC).isoformat()})
 
 
-def environment_record(torch_info: dict[str, Any], clock: StageClock, peak_rss_mb: float) -> dict[str, Any]:
-    """Everything about where and how the run happened; varies between machines and runs."""
-    return {
+def environment_record(torch_info: dict[str, Any], clock: StageClock, peak_rss_mb: float,
+                       forward_check: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Everything about where and how the run happened; varies between machines and runs.
+
+    forward_check: job.forward_check's record when the packed forward ran (omitted otherwise)."""
+    record = {
         "python": sys.version.split()[0],
         "implementation": platform.python_implementation(),
         "platform": platform.platform(),
@@ -126,3 +129,6 @@ def environment_record(torch_info: dict[str, Any], clock: StageClock, peak_rss_m
         "stage_times": list(clock.records),
         "peak_rss_mb": peak_rss_mb,
     }
+    if forward_check is not None:
+        record["forward_check"] = forward_check
+    return record

@@ -11,27 +11,23 @@ import numpy as np
 
 from bundle import layout
 from job.artifacts import Artifacts
+from job.batching import encode
 from job.calibration import TemperatureFit, fit_temperature, softmax
 from job.dataset import Rows, load_rows
 from job.environment import PeakRss, StageClock, environment_record
 from job.errors import JobError
 from job.figures import render_figures
-from job.inference import (
-    PoolOutput,
-    Settings,
-    configure_torch,
-    encode,
-    load_model,
-    model_directory,
-    run_pool,
-)
+from job.forward_check import check_packed_forward
+from job.inference import Forward, run_pool
 from job.metrics import compute_metrics
-from job.predictions import predictions_table, read_logits
+from job.model import load_model, model_directory
+from job.predictions import PoolOutput, predictions_table, read_logits
 from job.protocol import AUDIT, Protocol
 from job.protocol import CALIBRATION as CAL
 from job.report import report_markdown
 from job.resources import Resources
 from job.rocrate import crate_bytes
+from job.runtime import Settings, configure_torch
 from job.split import Pool, make_pools
 from job.stability import stability_record
 from job.uncertainty import bootstrap_record
@@ -75,11 +71,11 @@ def check_finite(out: PoolOutput, pool: str) -> None:
                        "the weights or the inputs are broken, so no temperature can be fitted.")
 
 
-def _infer(model: Any, pad_id: int, tokenizer: Any, rows: Rows, pool: Pool, s: Settings,
+def _infer(forward: Forward, pad_id: int, tokenizer: Any, rows: Rows, pool: Pool, s: Settings,
            progress: bool) -> PoolOutput:
     texts = [rows.texts[p] for p in pool.positions]
     enc = encode(tokenizer, texts, s.max_length)
-    out = run_pool(model, pad_id, enc, pool.keys, s, progress=f"{pool.name} inference" if progress else None)
+    out = run_pool(forward, pad_id, enc, pool.keys, s, progress=f"{pool.name} inference" if progress else None)
     check_finite(out, pool.name)
     return out
 
@@ -156,12 +152,10 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
         with clock.stage("load-model"):
             torch_info = configure_torch(s)
             with model_directory(resources.model) as model_dir:
-                tokenizer, model = load_model(model_dir, s)
-            # which forward ran: the packed re-implementation or transformers' own module
-            torch_info["forward"] = f"{type(model).__module__}.{type(model).__name__}"
-            pad_id = int(tokenizer.pad_token_id or 0)
+                model = load_model(model_dir, s)
+            torch_info["forward"] = model.forward.name  # the packed re-implementation or transformers' own
         with clock.stage("calibration-inference"):
-            cal_out = _infer(model, pad_id, tokenizer, rows, pools[CAL], s, progress)
+            cal_out = _infer(model.forward, model.pad_id, model.tokenizer, rows, pools[CAL], s, progress)
             art.write_table(cal_pred, _table(rows, pools[CAL], cal_out))
             stages.append(stage(protocol, "calibration-inference",
                                 art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON, layout.POOLS_JSON),
@@ -179,12 +173,17 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
         with clock.stage("audit-inference"):
             if not art.unchanged(layout.TEMPERATURE_JSON):
                 raise JobError("temperature.json changed before the audit; the run is void, start it again.")
-            audit_out = _infer(model, pad_id, tokenizer, rows, pools[AUDIT], s, progress)
+            audit_out = _infer(model.forward, model.pad_id, model.tokenizer, rows, pools[AUDIT], s, progress)
             art.write_table(audit_pred, _table(rows, pools[AUDIT], audit_out))
             stages.append(stage(protocol, "audit-inference",
                                 art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON, layout.POOLS_JSON,
                                          layout.TEMPERATURE_JSON),
                                 art.pick(audit_pred)))
+        # After both pools, not before: transformers' modeling stack (~80 MB resident) then never sits
+        # under a pool's activations. A mismatch still stops the run before anything is sealed.
+        with clock.stage("forward-check"):
+            forward_check = check_packed_forward(model, resources.model, s,
+                                                 [rows.texts[p] for p in pools[CAL].positions], pools[CAL].keys)
         with clock.stage("metrics"):
             metrics = metrics_record(protocol, art, fit.beta)
             art.write_json(layout.METRICS_JSON, metrics)
@@ -201,7 +200,7 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
                 stability = stability_record(protocol.stability, protocol.fit, protocol.sha256, data_dir)
                 art.write_json(layout.STABILITY_JSON, stability)
         art.write_json(layout.STAGES_JSON, {"protocol_sha256": protocol.sha256, "stages": stages})
-    art.write_json(layout.ENVIRONMENT_JSON, environment_record(torch_info, clock, rss.mb))
+    art.write_json(layout.ENVIRONMENT_JSON, environment_record(torch_info, clock, rss.mb, forward_check))
     # Views derived from the files above only: figures, the report, then the crate (last: it hashes all).
     for rel, png in render_figures(data_dir).items():
         art.write_bytes(f"{layout.DATA_DIR}/{rel}", png)
@@ -224,13 +223,14 @@ def smoke(protocol: Protocol, resources: Resources) -> dict[str, Any]:
     pool = Pool(full.name, full.positions[:n], full.keys[:n])
     configure_torch(s)
     with model_directory(resources.model) as model_dir:
-        tokenizer, model = load_model(model_dir, s)
+        model = load_model(model_dir, s)
+    tokenizer = model.tokenizer
     sample = rows.texts[pool.positions[0]]
     unk = tokenizer.unk_token_id
     if unk is not None and unk in tokenizer(sample)["input_ids"]:
         raise JobError("The tokenizer maps words of a plain sentence to [UNK]; load it from the model "
                        "directory so that its vocabulary is used.")
-    out = _infer(model, int(tokenizer.pad_token_id or 0), tokenizer, rows, pool, s, progress=False)
+    out = _infer(model.forward, model.pad_id, tokenizer, rows, pool, s, progress=False)
     k = len(resources.dataset_spec["labels"])
     if out.logits.shape != (n, k):
         raise JobError(f"The model's logits have shape {list(out.logits.shape)}, expected [{n}, {k}]; "
@@ -239,7 +239,9 @@ def smoke(protocol: Protocol, resources: Resources) -> dict[str, Any]:
     if not np.allclose(probs.sum(axis=1), 1.0, atol=1e-12):
         raise JobError("Probabilities do not sum to 1; the logits are broken.")
     labels = rows.labels[list(pool.positions)]
+    forward_check = check_packed_forward(model, resources.model, s, [rows.texts[p] for p in pool.positions],
+                                         pool.keys)
     return {"rows": n, "shape": list(out.logits.shape), "finite": True,
             "max_prob_sum_error": float(np.abs(probs.sum(axis=1) - 1).max()),
             "correct": int((out.logits.argmax(axis=1) == labels).sum()),
-            "tokens": int(out.token_count.sum())}
+            "tokens": int(out.token_count.sum()), "forward_check": forward_check}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,16 @@ import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
 from job.calibration import softmax
-from job.inference import PoolOutput
+
+
+@dataclass(frozen=True)
+class PoolOutput:
+    """What inference produced for one pool, in pool order."""
+
+    logits: NDArray[np.float32]  # [n, K]
+    token_count: NDArray[np.int64]
+    truncated: NDArray[np.bool_]
+    batch: NDArray[np.int64]  # index of the batch each row ran in
 
 
 def predictions_table(ids: NDArray[np.int64], keys: tuple[str, ...], text_sha256: tuple[str, ...],

@@ -12,7 +12,7 @@ What it measures, in one run (see scripts/PERFORMANCE.md for how to read it):
   saved as safetensors, so shapes, FLOPs and memory equal the real model's (the logits do not);
 * the rows: the protocol's calibration (256) and audit (360) pools of the real SST-2 validation
   parquet (../shared/fixtures/sst2/), split exactly as the job splits them;
-* for each thread count: the job's own inference (job.inference.encode + run_pool, per pool, as
+* for each thread count: the job's own inference (job.batching.encode + job.inference.run_pool per pool, as
   job.pipeline calls them), the float32 GEMM rate of this machine on the model's own matrix shapes
   (F.linear [M, 768]x[768, 768], [M, 768]x[768, 3072] and [M, 3072]x[3072, 768], M = the tokens the
   job's linear layers see in each of its batches, best of several), the same rows through a naive
@@ -120,29 +120,18 @@ def best_of(fn: Any, n: int) -> tuple[float, float]:
     return wall, cpu
 
 
-@contextlib.contextmanager
-def timed_batches(seconds: list[tuple[float, float]]) -> Any:
-    """Times every per-batch forward that job.inference.run_pool makes; changes nothing else."""
-    from job import inference
+class TimedForward:
+    """A forward that records the wall and CPU seconds of every batch it runs; the logits are the
+    wrapped forward's own."""
 
-    original = inference.batch_forward
+    def __init__(self, forward: Any, seconds: list[tuple[float, float]]) -> None:
+        self.forward, self.seconds, self.name = forward, seconds, forward.name
 
-    def timed_batch_forward(model: Any) -> Any:
-        forward = original(model)
-
-        def timed(ids: Any, mask: Any) -> Any:
-            c0, t0 = time.process_time(), time.perf_counter()
-            out = forward(ids, mask)
-            seconds.append((time.perf_counter() - t0, time.process_time() - c0))
-            return out
-
-        return timed
-
-    inference.batch_forward = timed_batch_forward
-    try:
-        yield
-    finally:
-        inference.batch_forward = original
+    def __call__(self, ids: Any, mask: Any) -> Any:
+        c0, t0 = time.process_time(), time.perf_counter()
+        out = self.forward(ids, mask)
+        self.seconds.append((time.perf_counter() - t0, time.process_time() - c0))
+        return out
 
 
 @dataclasses.dataclass
@@ -155,7 +144,7 @@ class Workload:
     hidden: int
     layers: int
     labels: int
-    packed: bool  # the job's linear layers see real tokens only (job.inference.DistilBertClassifier)
+    packed: bool  # the job's linear layers see real tokens only (job.distilbert.DistilBertClassifier)
 
     def token_flops(self, length: int) -> int:
         """Per token, all layers: QKV+out projections, FFN, attention scores+context over `length`."""
@@ -200,8 +189,9 @@ class Workload:
 
 
 def workload(protocol: Any, tokenizer: Any, model: Any, s: Any) -> Workload:
+    from job.batching import batch_plan, encode
     from job.dataset import load_rows
-    from job.inference import DistilBertClassifier, batch_plan, encode
+    from job.distilbert import DistilBertClassifier
     from job.split import make_pools
 
     ds = protocol.resources["dataset"]
@@ -210,13 +200,13 @@ def workload(protocol: Any, tokenizer: Any, model: Any, s: Any) -> Workload:
     texts = {p: [rows.texts[i] for i in pools[p].positions] for p in POOLS}
     keys = {p: pools[p].keys for p in POOLS}
     lengths = {p: encode(tokenizer, texts[p], s.max_length).lengths for p in POOLS}
+    packed = isinstance(model, DistilBertClassifier)
     plans = {p: batch_plan(lengths[p], keys[p], s.batch_size) for p in POOLS}
-    if isinstance(model, DistilBertClassifier):
+    if packed:
         shape = (model.dim, model.hidden_dim, model.n_layers, model.num_labels)
     else:
-        c = model.config
+        c = model.model.config  # transformers' own forward (job.model.TransformersForward)
         shape = (c.dim, c.hidden_dim, c.n_layers, c.num_labels)
-    packed = isinstance(model, DistilBertClassifier) or type(model).__name__ == "DistilBertForSequenceClassification"
     return Workload(texts, keys, lengths, plans, *shape, packed)
 
 
@@ -226,18 +216,19 @@ def job_pass(tokenizer: Any, model: Any, s: Any, w: Workload) -> dict[str, Any]:
     """Calibration then audit inference exactly as job.pipeline runs it (encode + run_pool)."""
     import numpy as np
 
-    from job.inference import encode, run_pool
+    from job.batching import encode
+    from job.inference import run_pool
 
     seconds: list[tuple[float, float]] = []
+    forward = TimedForward(model, seconds)
     pad_id = int(tokenizer.pad_token_id or 0)
     logits = []
-    with timed_batches(seconds):
-        cpu0, t0 = time.process_time(), time.perf_counter()
-        for pool in POOLS:
-            enc = encode(tokenizer, w.texts[pool], s.max_length)
-            logits.append(run_pool(model, pad_id, enc, w.keys[pool], s).logits)
-        wall = time.perf_counter() - t0
-        cpu = time.process_time() - cpu0
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    for pool in POOLS:
+        enc = encode(tokenizer, w.texts[pool], s.max_length)
+        logits.append(run_pool(forward, pad_id, enc, w.keys[pool], s).logits)
+    wall = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
     return {"wall": wall, "cpu": cpu, "forward": seconds, "logits": np.concatenate(logits)}
 
 
@@ -247,13 +238,13 @@ def gemm_round(model: Any, w: Workload, best: dict[tuple[int, int], Any], n: int
     import torch
     import torch.nn.functional as F
 
-    from job.inference import DistilBertClassifier
+    from job.distilbert import DistilBertClassifier
 
     if isinstance(model, DistilBertClassifier):
         layer = model.layers[0]
         shapes = {"dd": (layer.q, w.dim), "dh": (layer.lin1, w.dim), "hd": (layer.lin2, w.hidden)}
     else:
-        hf = model.distilbert.transformer.layer[0]
+        hf = model.model.distilbert.transformer.layer[0]
         shapes = {"dd": ((hf.attention.q_lin.weight, hf.attention.q_lin.bias), w.dim),
                   "dh": ((hf.ffn.lin1.weight, hf.ffn.lin1.bias), w.dim),
                   "hd": ((hf.ffn.lin2.weight, hf.ffn.lin2.bias), w.hidden)}
@@ -374,8 +365,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: the fixtures are missing ({REAL_CONFIG}, {PARQUET})", file=sys.stderr)
         return 2
 
-    from job.inference import Settings, configure_torch, load_model
+    from job.model import load_model
     from job.protocol import DEFAULT_PROTOCOL, load_protocol
+    from job.runtime import Settings, configure_torch
 
     protocol = load_protocol(DEFAULT_PROTOCOL)
     s0 = Settings.from_protocol(protocol.inference)
@@ -405,7 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import pipeline
 
     torch_info = configure_torch(s0)
-    tokenizer, model = load_model(model_dir, s0)
+    loaded = load_model(model_dir, s0)
+    tokenizer, model = loaded.tokenizer, loaded.forward
     w = workload(protocol, tokenizer, model, s0)
     from transformers import AutoModelForSequenceClassification
 

@@ -1,0 +1,250 @@
+"""The job's packed DistilBERT forward and the reading of its weights from model.safetensors."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from job.errors import JobError
+
+# The name data/environment.json records for this forward (torch.forward); it predates this module's
+# name and stays fixed so that bundles of every version name the same forward the same way.
+PACKED_FORWARD = "job.inference.DistilBertClassifier"
+LAYER_NORM_EPS = 1e-12  # transformers' DistilBERT: every LayerNorm
+_LAYER = ("attention.q_lin", "attention.k_lin", "attention.v_lin", "attention.out_lin", "sa_layer_norm",
+          "ffn.lin1", "ffn.lin2", "output_layer_norm")
+
+
+@dataclass(frozen=True)
+class _Layer:
+    q: tuple[Any, Any]  # (weight, bias) of each linear layer / layer norm
+    k: tuple[Any, Any]
+    v: tuple[Any, Any]
+    out: tuple[Any, Any]
+    sa_norm: tuple[Any, Any]
+    lin1: tuple[Any, Any]
+    lin2: tuple[Any, Any]
+    out_norm: tuple[Any, Any]
+
+
+class DistilBertClassifier:
+    """DistilBertForSequenceClassification's eval-mode forward with eager attention, on the
+    checkpoint's own float32 tensors, computing only the real tokens outside attention.
+
+    The same operations as transformers' implementation, in the same order, on the same values
+    (F.embedding, F.linear, F.layer_norm with eps 1e-12, exact GELU, ReLU; dropout is the identity
+    in eval mode), except that embeddings, linear layers, layer norms, GELU and residual adds run
+    on the batch's real tokens packed into [tokens, dim] instead of the padded [B, longest, dim]:
+    all of them work row by row. Attention keeps the protocol's padded layout: q, k and v are
+    scattered into [B, heads, longest, head_dim] (padding rows zero), scores = (q @ k^T) * head_dim
+    ** -0.5, plus the additive mask (0 on real keys, the dtype's lowest value on padding), softmax,
+    @ v; the context rows of real tokens are gathered back. Padding keys get weight exactly 0
+    either way, so no real token's value depends on what sits in the padding. The logits equal
+    transformers' padded forward bit for bit: every run checks that on a few of its own rows
+    (job.forward_check), and tests/test_inference.py on whole pools."""
+
+    name = PACKED_FORWARD
+
+    def __init__(self, tensors: dict[str, Any], n_heads: int, word_rows: WordRows | None = None) -> None:
+        def pair(name: str) -> tuple[Any, Any]:
+            return tensors[f"{name}.weight"], tensors[f"{name}.bias"]
+
+        self.word = tensors["distilbert.embeddings.word_embeddings.weight"]
+        self.position = tensors["distilbert.embeddings.position_embeddings.weight"]
+        self.emb_norm = pair("distilbert.embeddings.LayerNorm")
+        self.n_layers = len({k.split(".")[3] for k in tensors if k.startswith("distilbert.transformer.layer.")})
+        self.layers = [_Layer(*(pair(f"distilbert.transformer.layer.{i}.{n}") for n in _LAYER))
+                       for i in range(self.n_layers)]
+        self.pre_classifier = pair("pre_classifier")
+        self.classifier = pair("classifier")
+        self.vocab_size, self.dim = self.word.shape
+        self.hidden_dim = self.layers[0].lin1[0].shape[0]
+        self.n_heads = n_heads
+        self.num_labels = self.classifier[0].shape[0]
+        self.word_rows = word_rows
+        self._check()
+
+    def _check(self) -> None:
+        d, h = self.dim, self.hidden_dim
+        shapes = {"q": (d, d), "k": (d, d), "v": (d, d), "out": (d, d), "sa_norm": (d,), "lin1": (h, d),
+                  "lin2": (d, h), "out_norm": (d,)}
+        ok = d % self.n_heads == 0 and self.position.shape[1] == d and self.pre_classifier[0].shape == (d, d)
+        ok = ok and self.classifier[0].shape[1] == d and all(
+            tuple(getattr(layer, n)[0].shape) == shape for layer in self.layers for n, shape in shapes.items())
+        if not ok:
+            raise ValueError("the tensors of model.safetensors do not have DistilBERT's shapes")
+
+    @classmethod
+    def required(cls, n_layers: int) -> list[str]:
+        names = ["distilbert.embeddings.LayerNorm", "pre_classifier", "classifier"]
+        names += [f"distilbert.transformer.layer.{i}.{n}" for i in range(n_layers) for n in _LAYER]
+        return ["distilbert.embeddings.word_embeddings.weight", "distilbert.embeddings.position_embeddings.weight",
+                *(f"{n}.{p}" for n in names for p in ("weight", "bias"))]
+
+    @classmethod
+    def load(cls, model_dir: Path) -> DistilBertClassifier | None:
+        """From config.json and model.safetensors (tensors memory-mapped, not copied), or None when
+        they are not a float32 DistilBERT sequence classifier in transformers' tensor layout."""
+        import json
+
+        import torch
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+            n_layers, n_heads = int(config["n_layers"]), int(config["n_heads"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        weights = model_dir / "model.safetensors"
+        if (config.get("model_type") != "distilbert" or config.get("activation", "gelu") != "gelu"
+                or config.get("sinusoidal_pos_embds") or not weights.is_file()):
+            return None
+        archs = config.get("architectures") or ["DistilBertForSequenceClassification"]
+        if "DistilBertForSequenceClassification" not in archs:
+            return None
+        names = cls.required(n_layers)
+        try:
+            with safe_open(weights, framework="pt") as f:
+                if not set(names) <= set(f.keys()):
+                    return None
+                tensors = {n: f.get_tensor(n) for n in names}
+        except SafetensorError:
+            return None  # from_pretrained will say what is wrong with the file
+        if any(t.dtype != torch.float32 for t in tensors.values()):
+            return None
+        model = cls(tensors, n_heads)
+        model.word_rows = WordRows.for_tensor(model.word)
+        return model
+
+    @classmethod
+    def from_transformers(cls, model: Any) -> DistilBertClassifier:
+        """The same arithmetic on the tensors of a loaded DistilBertForSequenceClassification."""
+        tensors = {k: v.detach() for k, v in model.state_dict().items()}
+        out = cls(tensors, int(model.config.n_heads))
+        out.word_rows = WordRows.for_tensor(out.word)
+        return out
+
+    def __call__(self, ids: NDArray[np.int64], mask: NDArray[np.int64]) -> Any:
+        """Logits [B, K] of one right-padded batch: ids, mask [B, longest]."""
+        import torch
+        import torch.nn.functional as F
+
+        bsz, width = ids.shape
+        sel_np = np.flatnonzero(mask.reshape(-1))
+        sel = torch.from_numpy(sel_np)
+        tok = ids.reshape(-1)[sel_np]
+        pos = torch.from_numpy(sel_np % width)
+        row_of = torch.from_numpy(sel_np // width)
+        starts = np.zeros(bsz, dtype=np.int64)
+        np.cumsum(mask.sum(axis=1)[:-1], out=starts[1:])
+        d, heads = self.dim, self.n_heads
+        head_dim = d // heads
+        scaling = head_dim**-0.5
+
+        words = F.embedding(torch.from_numpy(tok), self.word) if self.word_rows is None else self.word_rows(tok)
+        x = F.layer_norm(words + F.embedding(pos, self.position), (d,), *self.emb_norm, LAYER_NORM_EPS)
+        bias = torch.zeros((bsz, 1, 1, width), dtype=x.dtype)
+        bias.masked_fill_(torch.from_numpy(mask == 0)[:, None, None, :], torch.finfo(x.dtype).min)
+        qkv = x.new_zeros((3, bsz * width, d))  # padding rows stay zero for the whole batch
+        for layer in self.layers:
+            for j, lin in enumerate((layer.q, layer.k, layer.v)):
+                qkv[j].index_copy_(0, sel, F.linear(x, *lin))
+            q, k, v = (qkv[j].view(bsz, width, heads, head_dim).transpose(1, 2) for j in range(3))
+            scores = torch.matmul(q, k.transpose(2, 3)) * scaling
+            scores = scores + bias
+            probs = F.softmax(scores, dim=-1)
+            context = torch.matmul(probs, v).transpose(1, 2)[row_of, pos].reshape(-1, d)
+            h = F.linear(context, *layer.out)
+            h += x
+            x = F.layer_norm(h, (d,), *layer.sa_norm, LAYER_NORM_EPS)
+            h = F.linear(x, *layer.lin1)
+            torch.ops.aten.gelu_(h)  # exact GELU in place: the same kernel, one [tokens, hidden] buffer fewer
+            h = F.linear(h, *layer.lin2)
+            h += x
+            x = F.layer_norm(h, (d,), *layer.out_norm, LAYER_NORM_EPS)
+        pooled = torch.relu(F.linear(x.index_select(0, torch.from_numpy(starts)), *self.pre_classifier))
+        return F.linear(pooled, *self.classifier)
+
+
+def _file_backing(t: Any) -> tuple[Path, int] | None:
+    """(file, byte offset) when CPU tensor `t` is a private mapping of a file that this process
+    has not written to: each of its pages is either not faulted in yet or still the file's own page
+    (no copy-on-write copy, nothing swapped). None otherwise or where /proc cannot tell (not Linux)."""
+    if t.device.type != "cpu" or not t.is_contiguous():
+        return None
+    start, nbytes = t.data_ptr(), t.numel() * t.element_size()
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            for line in maps:
+                fields = line.rstrip("\n").split(maxsplit=5)
+                lo, hi = (int(a, 16) for a in fields[0].split("-"))
+                if lo <= start and start + nbytes <= hi:
+                    break
+            else:
+                return None
+        if len(fields) < 6 or not fields[5].startswith("/"):
+            return None
+        path, offset, inode = Path(fields[5]), int(fields[2], 16) + start - lo, int(fields[4])
+        st = path.stat()
+        if st.st_ino != inode or st.st_size < offset + nbytes:
+            return None  # replaced or deleted since it was mapped
+        page = os.sysconf("SC_PAGE_SIZE")
+        first, last = start // page, (start + nbytes - 1) // page
+        with open("/proc/self/pagemap", "rb") as pm:
+            pm.seek(first * 8)
+            flags = np.frombuffer(pm.read((last - first + 1) * 8), dtype=np.uint64)
+    except (OSError, ValueError, IndexError):
+        return None
+    one = np.uint64(1)
+    present, swapped, file_page = ((flags >> np.uint64(b)) & one for b in (63, 62, 61))
+    if len(flags) != last - first + 1 or ((present & (one - file_page)) | swapped).any():
+        return None
+    return path, offset
+
+
+@dataclass(frozen=True)
+class WordRows:
+    """Rows of the word-embedding matrix read from the model file instead of through its mapping.
+
+    The weights are memory-mapped from model.safetensors; an embedding lookup through the mapping
+    faults in whole 64 KiB windows around every row it reads (the kernel's fault-around), which
+    puts nearly all of the 94 MB matrix into the resident set for the few thousand distinct tokens
+    of a pool. Reading each batch's rows with pread from the same file at the same offset gives the
+    same float32 values (for_tensor checks that the mapping is of that very file and that no page
+    of it has been written) and keeps ~3 KiB per token of the batch resident."""
+
+    path: Path
+    offset: int  # of row 0 in the file
+    rows: int
+    dim: int
+
+    @classmethod
+    def for_tensor(cls, weight: Any) -> WordRows | None:
+        import torch
+
+        if weight.dtype != torch.float32 or weight.dim() != 2:
+            return None
+        backing = _file_backing(weight)
+        return None if backing is None else cls(backing[0], backing[1], *weight.shape)
+
+    def __call__(self, token_ids: NDArray[np.int64]) -> Any:
+        import torch
+
+        if len(token_ids) and (token_ids.min() < 0 or token_ids.max() >= self.rows):
+            raise JobError(f"A token id is outside the model's vocabulary of {self.rows}; the tokenizer "
+                           "does not belong to this model.")
+        out = np.empty((len(token_ids), self.dim), dtype=np.float32)
+        size = self.dim * 4
+        with open(self.path, "rb", buffering=0) as f:
+            for j, i in enumerate(token_ids.tolist()):
+                if os.preadv(f.fileno(), [memoryview(out[j]).cast("B")], self.offset + i * size) != size:
+                    raise JobError(f"{self.path} ended before its word-embedding row {i}; the model file "
+                                   "changed during the run.")
+        return torch.from_numpy(out)
+
+

@@ -1,0 +1,105 @@
+"""Model loading: the tokenizer and the forward a run uses, from the checked model files.
+
+A DistilBERT sequence classifier under eager attention (the protocol's model) runs the job's packed
+forward (job.distilbert.DistilBertClassifier), loaded straight from model.safetensors, memory-mapped
+and never copied, without importing transformers' modeling stack (transformers.modeling_utils alone
+pulls in torch.distributed, torch._dynamo and sympy: ~80 MB of resident memory). Any other model or
+attention implementation runs transformers' own forward (AutoModelForSequenceClassification)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from job.distilbert import DistilBertClassifier
+from job.errors import JobError
+from job.inference import Forward
+from job.resources import ResolvedRepo
+from job.runtime import Settings
+
+
+@dataclass(frozen=True)
+class Model:
+    """What a run infers with. `packed`: `forward` is the job's own re-implementation of the model
+    (a DistilBertClassifier), which a run checks against transformers' forward (job.forward_check)."""
+
+    tokenizer: Any
+    forward: Forward
+    packed: bool
+
+    @property
+    def pad_id(self) -> int:
+        return int(self.tokenizer.pad_token_id or 0)
+
+
+class TransformersForward:
+    """transformers' own forward of a loaded sequence classifier in eval mode, on the padded batch."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.name = f"{type(model).__module__}.{type(model).__name__}"
+
+    def __call__(self, ids: NDArray[np.int64], mask: NDArray[np.int64], /) -> Any:
+        import torch
+
+        return self.model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask)).logits
+
+
+@contextlib.contextmanager
+def model_directory(repo: ResolvedRepo) -> Iterator[Path]:
+    """A directory holding (links to) exactly the checked model files, for from_pretrained."""
+    with tempfile.TemporaryDirectory(prefix="calibration-model-") as tmp:
+        for f in repo.files:
+            link = Path(tmp) / f.path
+            link.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(f.local, link)
+        yield Path(tmp)
+
+
+def load_model(model_dir: Path, s: Settings) -> Model:
+    """Tokenizer and forward, float32, eval mode, the protocol's attention implementation: the packed
+    forward when the protocol asks for eager attention and model.safetensors holds a float32
+    DistilBERT sequence classifier in transformers' tensor layout, transformers' forward otherwise."""
+    from safetensors import SafetensorError
+
+    try:
+        tokenizer = load_tokenizer(model_dir)
+        packed = DistilBertClassifier.load(model_dir) if s.attn_implementation == "eager" else None
+        if packed is not None:
+            return Model(tokenizer, packed, packed=True)
+        return Model(tokenizer, TransformersForward(load_transformers(model_dir, s.attn_implementation)),
+                     packed=False)
+    except (OSError, ValueError, SafetensorError) as exc:
+        raise JobError(f"Cannot load the model from its checked files ({exc}); the files may not form a "
+                       "DistilBERT-style sequence classifier.") from exc
+
+
+def load_tokenizer(model_dir: Path) -> Any:
+    from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+    return AutoTokenizer.from_pretrained(model_dir)
+
+
+def load_transformers(model_dir: Path, attn_implementation: str) -> Any:
+    """transformers' AutoModelForSequenceClassification in float32 and eval mode (weights memory-mapped)."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+    model = AutoModelForSequenceClassification.from_pretrained(
+        model_dir, attn_implementation=attn_implementation, dtype=torch.float32)
+    model.eval()
+    return model
