@@ -198,18 +198,30 @@ class Runner:
             return
         self.run(cid, title, lambda: entry.fn(ctx, **params))
 
-    def run_table(self, ctx: Context, table: Sequence[Entry | Group],
-                  skip: str | None = None) -> None:
-        """Run every entry of `table` in order, expanding groups (or skip them all, `skip`)."""
+    def run_table(self, ctx: Context, table: Sequence[Entry | Group], *,
+                  gate: bool = False, unread: Context | None = None) -> None:
+        """Run every entry of `table` in order, expanding groups. With `gate`, once a check has
+        failed every later entry is recorded as skipped instead of run; groups of skipped
+        entries expand on `unread` (a context that has read nothing) when given."""
         for item in table:
+            skip = self.not_authenticated() if gate else None
+            where = unread if skip is not None and unread is not None else ctx
             if isinstance(item, Entry):
-                self.run_entry(ctx, item, {}, skip)
+                self.run_entry(where, item, {}, skip)
                 continue
-            if item.when is not None and not item.when(ctx):
+            if item.when is not None and not item.when(where):
                 continue
-            for params in (item.each(ctx) if item.each is not None else [{}]):
+            for params in (item.each(where) if item.each is not None else [{}]):
                 for entry in item.entries:
-                    self.run_entry(ctx, entry, params, skip)
+                    skip = self.not_authenticated() if gate else None
+                    self.run_entry(where if skip is not None else ctx, entry, params, skip)
+
+    def not_authenticated(self) -> str | None:
+        """The reason to skip what follows when a check has failed, or None."""
+        failed = self.first_failure()
+        if failed is None:
+            return None
+        return f"skipped: the bundle is not authenticated ({failed} failed)"
 
     def first_failure(self) -> str | None:
         """The id of the first failed check so far, or None."""
@@ -230,8 +242,8 @@ def verify_tree(tree: BagTree | None, trust: Trust, *,
                 prelude: list[Check] | None = None, fail_fast: bool = False) -> Verification:
     """Run every check on a bag read into memory; return the report lines in order.
 
-    Authenticate before parsing: the AUTHENTICATION checks run first, and when one of them (or
-    the prelude) fails, every CONTENT check is reported as skipped without reading the payload,
+    Authenticate before parsing: the AUTHENTICATION checks run first, and once one of them (or
+    the prelude) fails, every later check is reported as skipped without reading the payload,
     whatever it holds; their expansions are then those of the format's base payload.
 
     fail_fast stops at the first failed check (the verdict is the same: rejected); the fuzz
@@ -239,13 +251,11 @@ def verify_tree(tree: BagTree | None, trust: Trust, *,
     ctx = Context(tree=tree, trust=trust, expected_protocol_sha256=expected_protocol_sha256)
     runner = Runner(fail_fast)
     runner.checks.extend(prelude or [])
-    runner.run_table(ctx, AUTHENTICATION)
-    failed = runner.first_failure()
-    if failed is None:
+    runner.run_table(ctx, AUTHENTICATION, gate=True)
+    unread = Context(tree=BagTree(root=tree.root) if tree is not None else None, trust=trust,
+                     expected_protocol_sha256=expected_protocol_sha256)
+    if runner.first_failure() is None:
         runner.run_table(ctx, CONTENT)
     else:
-        unread = Context(tree=BagTree(root=tree.root) if tree is not None else None, trust=trust,
-                         expected_protocol_sha256=expected_protocol_sha256)
-        runner.run_table(unread, CONTENT,
-                         skip=f"skipped: the bundle is not authenticated ({failed} failed)")
+        runner.run_table(ctx, CONTENT, gate=True, unread=unread)
     return Verification(runner.checks, ctx.signer_fingerprint, ctx.notes)
