@@ -109,6 +109,13 @@ def set_bag_info(bag: Path, label: str, value: str) -> None:
     fix_tagmanifest(bag)
 
 
+def fix_oxum(bag: Path) -> None:
+    """Make bag-info.txt's Payload-Oxum count the payload as it now is."""
+    paths = [p for p in (bag / "data").rglob("*") if p.is_file()]
+    set_bag_info(bag, layout.INFO_PAYLOAD_OXUM,
+                 f"{sum(p.stat().st_size for p in paths)}.{len(paths)}")
+
+
 def recompute_metrics(bag: Path) -> None:
     """An attacker holding the key makes metrics.json follow temperature.json."""
     t = loads_strict((bag / layout.TEMPERATURE_JSON).read_bytes())
@@ -393,7 +400,7 @@ TAMPERS: dict[str, tuple[Callable[[Path, Keys], None], str, str]] = {
     "file-added-data": (no_key(write("data/notes.txt", b"hello\n")), "bag.manifest-sha256",
                         "data/notes.txt"),
     "file-added-and-listed": (no_key(lambda b: (write("data/notes.txt", b"x")(b),
-                                                fix_manifests_without_key(b))),
+                                                fix_oxum(b), fix_manifests_without_key(b))),
                               "signature.subjects", "data/notes.txt"),
     "tag-file-removed": (no_key(lambda b: (b / layout.MANIFEST_SHA512).unlink()), "bag.layout",
                          "manifest-sha512.txt"),
