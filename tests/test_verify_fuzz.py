@@ -83,7 +83,9 @@ def test_every_byte_of_the_tag_manifest(loaded: tuple[bagtree.BagTree, list[str]
     for i in range(len(data)):
         for mask in (0x01, 0x20, 0x29, 0x80):
             was, now = chr(data[i]), chr(data[i] ^ mask)
-            same = ((was in "abcdef" and now == was.upper()) or {was, now} == {" ", "\t"})
+            in_digest = i - (data.rfind(b"\n", 0, i) + 1) < 64
+            same = ((in_digest and was in "abcdef" and now == was.upper())
+                    or {was, now} == {" ", "\t"})
             code = _run(flipped(tree, "tagmanifest-sha256.txt", i, mask), trust, True)
             assert (code in (EXIT_OK, EXIT_UNTRUSTED)) == same, (i, mask)
 
