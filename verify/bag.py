@@ -24,6 +24,7 @@ _REQUIRED_TAGS: Final = frozenset({layout.BAGIT_TXT, layout.BAG_INFO, layout.MAN
                                    layout.MANIFEST_SHA512, layout.TAGMANIFEST_SHA256})
 _MANIFEST_RE: Final = re.compile(r"(tag)?manifest-([A-Za-z0-9_-]+)\.txt")
 _LINE_RE: Final = re.compile(r"([0-9A-Fa-f]+)[ \t]+(\S.*)")
+_EOL: Final = re.compile(r"\r\n|\r|\n")
 _UNSIGNED_LABELS: Final = frozenset({layout.INFO_DESCRIPTION})
 """Format labels that only describe the bag: shown as notes, never checked or trusted."""
 
@@ -145,6 +146,13 @@ def safe_bag_path(path: str, where: str) -> str:
     return path
 
 
+def tag_lines(text: str) -> list[str]:
+    """The lines of a tag file, ended by LF, CR or CRLF as RFC 8493 allows (no other breaks);
+    a missing final line end is accepted."""
+    lines = _EOL.split(text)
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
 def parse_manifest(data: bytes, name: str, algorithm: str) -> dict[str, str]:
     """Parse a (tag) manifest as RFC 8493 writes it: `<hex> <path>` per line, one or more spaces
     or tabs between, either hex case, any order, LF, CR or CRLF line ends. Require the
@@ -156,7 +164,7 @@ def parse_manifest(data: bytes, name: str, algorithm: str) -> dict[str, str]:
     hname = hashlib_name(algorithm)
     hex_len = hashlib.new(hname).digest_size * 2 if hname is not None else None
     entries: dict[str, str] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(tag_lines(text), start=1):
         match = _LINE_RE.fullmatch(line)
         if match is None or (hex_len is not None and len(match.group(1)) != hex_len):
             raise Failed(f"{name} line {number} is {line[:100]!r}, expected '<{hex_len or 'the'} "
@@ -237,7 +245,7 @@ def parse_bag_info(data: bytes) -> list[tuple[str, str]]:
     except UnicodeDecodeError as exc:
         raise Failed(f"bag-info.txt is not UTF-8 (byte {exc.start}).") from exc
     entries: list[tuple[str, str]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(tag_lines(text), start=1):
         if line[:1] in (" ", "\t") and entries:
             label, value = entries[-1]
             entries[-1] = (label, f"{value} {line.strip()}".strip())
