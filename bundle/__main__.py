@@ -1,4 +1,5 @@
-"""`python -m bundle keygen --out DIR` and `python -m bundle archive BUNDLE [--out FILE]`.
+"""`python -m bundle keygen --out DIR`, `python -m bundle archive BUNDLE [--out FILE]` and
+`python -m bundle cosign BUNDLE --signing-key KEY.pem`.
 
 Data goes to stdout; an error is one line on stderr and exit status 2.
 """
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from bundle import keys
 from bundle.archive import archive
+from bundle.cosign import cosign
 from bundle.digests import sha256_file
 from bundle.errors import BundleError
 
@@ -44,6 +46,15 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="archive path (default: BUNDLE.tar.gz beside the bundle)",
     )
+    co = sub.add_parser(
+        "cosign",
+        help="add a signature to a signed bundle",
+        description="Add KEY.pem's Ed25519 signature to BUNDLE's DSSE envelope (payload "
+        "untouched) and update its tag manifests; prints the new signer's fingerprint. "
+        f"An encrypted key is decrypted with {keys.PASSPHRASE_ENV}.",
+    )
+    co.add_argument("bundle", type=Path, metavar="BUNDLE")
+    co.add_argument("--signing-key", required=True, type=Path, metavar="KEY.pem")
     return parser
 
 
@@ -57,6 +68,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"fingerprint {fp}")
             print(f"private {args.out / keys.PRIVATE_KEY_NAME}")
             print(f"public {args.out / keys.PUBLIC_KEY_NAME}")
+        elif args.command == "cosign":
+            if not args.bundle.is_dir():
+                raise BundleError(f"{args.bundle} is not a bundle folder; pass the bag folder "
+                                  "(extract an archive first).")
+            fp = cosign(args.bundle, keys.load_private_key(args.signing_key))
+            print(f"cosigned {args.bundle} fingerprint {fp}")
         else:
             path = archive(args.bundle, args.out)
             print(f"{path}")

@@ -30,7 +30,7 @@ KEY = Ed25519PrivateKey.generate()
 
 def read_bag_info(bag: Path) -> dict[str, str]:
     """bag-info.txt as the verifier reads it."""
-    return reader.parse_bag_info((bag / layout.BAG_INFO).read_bytes())
+    return dict(reader.parse_bag_info((bag / layout.BAG_INFO).read_bytes()))
 
 
 def read_manifest(bag: Path, name: str) -> dict[str, str]:
@@ -116,10 +116,10 @@ def test_signed_example_bag(tmp_path: Path) -> None:
     assert dumps(envelope) == raw_envelope
     validate(envelope, "envelope")
     parsed = signature.parse_envelope(raw_envelope)
-    assert parsed.payload_type == layout.PAYLOAD_TYPE and parsed.keyid == fingerprint(KEY)
+    assert parsed.payload_type == layout.PAYLOAD_TYPE and [s.keyid for s in parsed.signatures] == [fingerprint(KEY)]
     signature.verify_signature(parsed, public, "signer")
     payload = parsed.payload
-    statement = signature.parse_statement(payload)
+    statement = signature.parse_statement(payload)[0]
     assert payload == dumps(statement)
     names = [s["name"] for s in statement["subject"]]
     protocol = json.loads((bag / layout.PROTOCOL_JSON).read_bytes())
@@ -230,11 +230,15 @@ def test_bagging_date(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_verifier_reader_rejects_damage() -> None:
     good = "ab" * 32 + "  data/x\n"
     assert reader.parse_manifest(good.encode(), "m", "sha256") == {"data/x": "ab" * 32}
-    for bad in ["ab  data/x\n", good + good, good[:-1], "AB" * 32 + "  data/x\n"]:
+    # RFC 8493: any whitespace between digest and path, either hex case, CRLF, no final newline
+    for fine in [good[:-1], "AB" * 32 + " \tdata/x\r\n"]:
+        assert reader.parse_manifest(fine.encode(), "m", "sha256") == {"data/x": "ab" * 32}
+    for bad in ["ab  data/x\n", good + good, "ab" * 32 + "data/x\n", "ab" * 32 + "  ../x\n"]:
         with pytest.raises(Failed):
             reader.parse_manifest(bad.encode(), "m", "sha256")
-    assert reader.parse_bag_info(b"A: 1\nB: two words\n") == {"A": "1", "B": "two words"}
-    for bad in [b"A 1\n", b"A: 1\nA: 2\n", b": x\n"]:
+    assert reader.parse_bag_info(b"A: 1\nB: two\n  words\nA: 2\n") == [
+        ("A", "1"), ("B", "two words"), ("A", "2")]
+    for bad in [b"A 1\n", b": x\n", b" A: x\n"]:
         with pytest.raises(Failed):
             reader.parse_bag_info(bad)
 

@@ -79,7 +79,7 @@ def test_changed_payload_type_is_rejected() -> None:
     with pytest.raises(Failed, match=r"expected 'application/vnd.in-toto\+json'"):
         verified_payload(envelope, KEY.public_key())
     signed = signature.parse_envelope(dumps(sign_envelope(PAYLOAD, PAYLOAD_TYPE, KEY)))
-    retyped = Envelope("application/vnd.in-toto+jsonx", signed.payload, signed.keyid, signed.sig)
+    retyped = Envelope("application/vnd.in-toto+jsonx", signed.payload, signed.signatures)
     with pytest.raises(Failed, match="does not verify"):  # PAE binds the type
         signature.verify_signature(retyped, KEY.public_key(), "the key")
 

@@ -1,4 +1,5 @@
-"""`python -m verify BUNDLE [--trusted-key PUB.pem | --trusted-fingerprint HEX] [--json REPORT]`.
+"""`python -m verify BUNDLE [--trusted-key PUB.pem ... [--threshold N] | --trusted-fingerprint HEX]
+[--json REPORT]`.
 
 Exit codes: 0 verified with a trusted signer; 1 a check failed; 2 usage or unreadable input;
 3 every check passed but no trusted key was given (integrity holds, signer not established)."""
@@ -32,10 +33,13 @@ def build_parser() -> argparse.ArgumentParser:
                        "or unreadable input; 3 every check passed but no trusted key was given")
     p.add_argument("bundle", type=Path, help="the bag folder or the bundle .tar.gz archive")
     trust = p.add_mutually_exclusive_group()
-    trust.add_argument("--trusted-key", metavar="PUB.pem",
-                       help="the signer's Ed25519 public key (SubjectPublicKeyInfo PEM)")
+    trust.add_argument("--trusted-key", metavar="PUB.pem", action="append",
+                       help="a trusted signer's Ed25519 public key (SubjectPublicKeyInfo PEM); "
+                            "repeat it to trust several keys")
     trust.add_argument("--trusted-fingerprint", metavar="HEX",
                        help="sha256 hex of the signer's raw 32-byte Ed25519 public key")
+    p.add_argument("--threshold", metavar="N", type=int, default=1,
+                   help="how many distinct trusted keys must have signed (default 1)")
     p.add_argument("--protocol", metavar="provenance.json", type=Path,
                    help="also require data/protocol.json to be byte-identical to this "
                         "pre-registered protocol")
@@ -54,9 +58,14 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(f"{args.bundle} is a symbolic link; pass the bag folder or archive "
                              "itself.")
         trust = Trust()
+        count = len(set(args.trusted_key or []))
+        if args.threshold < 1 or args.threshold > max(count, 1):
+            raise InputError(f"--threshold {args.threshold} cannot be met by {count} trusted "
+                             "key(s); pass a threshold from 1 to the number of --trusted-key.")
         if args.trusted_key:
-            trust = Trust(key=signature.load_trusted_key(args.trusted_key),
-                          source=args.trusted_key)
+            keys = [(signature.load_trusted_key(path), path) for path in args.trusted_key]
+            trust = Trust(key=keys[0][0], source=keys[0][1], more_keys=tuple(keys[1:]),
+                          threshold=args.threshold)
         elif args.trusted_fingerprint:
             trust = Trust(fingerprint=signature.parse_fingerprint(args.trusted_fingerprint),
                           source="--trusted-fingerprint")

@@ -23,6 +23,8 @@ class Outcome:
     exit_code: int
     seconds: float
     signer_fingerprint: str | None
+    notes: list[str]
+    """What the bag holds outside the signed statement; never part of the verdict."""
 
 
 def verify_path(path: Path, trust: Trust | None = None, *,
@@ -57,4 +59,4 @@ def verify_path(path: Path, trust: Trust | None = None, *,
                              prelude=prelude)
         kind = "folder"
     return Outcome(str(path), kind, trust, result.checks, exit_code(result.checks),
-                   time.perf_counter() - start, result.signer_fingerprint)
+                   time.perf_counter() - start, result.signer_fingerprint, result.notes)

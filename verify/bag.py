@@ -1,5 +1,10 @@
 """BagIt 1.0 checks (RFC 8493 as profiled by bundle/FORMAT.md): declaration, layout, manifests,
-tag manifest and bag-info.txt. The bag is read once into memory; nothing follows a link."""
+tag manifests and bag-info.txt. The bag is read once into memory; nothing follows a link.
+
+Read as the RFC allows: any whitespace between digest and path, either hex case, any line order,
+LF, CR or CRLF line ends, extra manifests and tag manifests for any algorithm (checked when
+hashlib has it), extra tag files and bag-info.txt labels. What the format does not sign (extra
+tag files, labels, External-Description) becomes a note of the report, never a verdict."""
 
 from __future__ import annotations
 
@@ -15,9 +20,39 @@ from verify.context import Context
 from verify.result import Failed
 from verify.tree import MAX_FILE_BYTES, BagTree
 
-_HEX_LEN: Final = {"sha256": 64, "sha512": 128}
 _REQUIRED_TAGS: Final = frozenset({layout.BAGIT_TXT, layout.BAG_INFO, layout.MANIFEST_SHA256,
                                    layout.MANIFEST_SHA512, layout.TAGMANIFEST_SHA256})
+_MANIFEST_RE: Final = re.compile(r"(tag)?manifest-([A-Za-z0-9_-]+)\.txt")
+_LINE_RE: Final = re.compile(r"([0-9A-Fa-f]+)[ \t]+(\S.*)")
+_EOL: Final = re.compile(r"\r\n|\r|\n")
+_UNSIGNED_LABELS: Final = frozenset({layout.INFO_DESCRIPTION})
+"""Format labels that only describe the bag: shown as notes, never checked or trusted."""
+
+
+def manifests(tree: BagTree, tag: bool) -> dict[str, str]:
+    """name -> algorithm of every (tag)manifest-<alg>.txt at the bag root."""
+    found = {}
+    for name in tree.files:
+        match = _MANIFEST_RE.fullmatch(name)
+        if match is not None and bool(match.group(1)) == tag:
+            found[name] = match.group(2)
+    return dict(sorted(found.items()))
+
+
+def hashlib_name(algorithm: str) -> str | None:
+    """hashlib's name for a BagIt algorithm (sha256, SHA-512, sha3_256), or None when this
+    Python cannot compute it."""
+    name = algorithm.lower().replace("-", "")
+    name = {"sha3224": "sha3_224", "sha3256": "sha3_256", "sha3384": "sha3_384",
+            "sha3512": "sha3_512"}.get(name, name)
+    return name if name in hashlib.algorithms_available else None
+
+
+def digest(tree: BagTree, path: str, algorithm: str) -> str:
+    """Hex digest of the file at `path` (sha256 cached by the tree)."""
+    if algorithm == "sha256":
+        return tree.sha256(path)
+    return hashlib.new(algorithm, tree.files[path]).hexdigest()
 
 
 def check_declaration(tree: BagTree) -> str:
@@ -30,7 +65,7 @@ def check_declaration(tree: BagTree) -> str:
     return "BagIt-Version 1.0, UTF-8 tag files"
 
 
-def check_layout(tree: BagTree) -> str:
+def check_layout(tree: BagTree, notes: list[str]) -> str:
     problems = []
     if tree.links:
         problems.append(f"symbolic links {sorted(tree.links)[:5]}")
@@ -40,9 +75,12 @@ def check_layout(tree: BagTree) -> str:
         problems.append(f"files over {MAX_FILE_BYTES} bytes {sorted(tree.oversized)[:5]}")
     top_files = {p for p in tree.files if "/" not in p}
     top_dirs = {d for d in tree.dirs if "/" not in d}
-    extra = sorted((top_files - set(layout.TAG_FILES)) | (top_dirs - {layout.DATA_DIR}))
-    if extra:
-        problems.append(f"unexpected entries at the bag root {extra[:5]}")
+    manifest_names = set(manifests(tree, tag=False)) | set(manifests(tree, tag=True))
+    extra = sorted(p for p in tree.files if not p.startswith(layout.DATA_DIR + "/")
+                   and p not in layout.TAG_FILES and p not in manifest_names)
+    notes.extend(f"extra tag file {p} (not signed; ignored)" for p in extra[:20])
+    if len(extra) > 20:
+        notes.append(f"and {len(extra) - 20} more extra tag files (not signed; ignored)")
     missing = sorted(_REQUIRED_TAGS - top_files)
     if missing:
         problems.append(f"missing tag files {missing}")
@@ -54,7 +92,8 @@ def check_layout(tree: BagTree) -> str:
                         f"{layout.PROVENANCE} and {layout.SIGNER_PUB})")
     if problems:
         raise Failed("the bag layout is wrong: " + "; ".join(problems) + ".")
-    return (f"{len(top_files)} tag files and data/, no links, no special files")
+    return (f"{len(top_files)} tag files and data/, no links, no special files"
+            + (f", {len(extra)} extra tag files (noted)" if extra else ""))
 
 
 def expected_payload(tree: BagTree) -> tuple[str, ...]:
@@ -107,31 +146,33 @@ def safe_bag_path(path: str, where: str) -> str:
     return path
 
 
+def tag_lines(text: str) -> list[str]:
+    """The lines of a tag file, ended by LF, CR or CRLF as RFC 8493 allows (no other breaks);
+    a missing final line end is accepted."""
+    lines = _EOL.split(text)
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
 def parse_manifest(data: bytes, name: str, algorithm: str) -> dict[str, str]:
-    """Parse `<hex>  <path>` lines (exactly as the format writes them: two spaces); require
-    lowercase hex, safe unique paths, sorted by path."""
+    """Parse a (tag) manifest as RFC 8493 writes it: `<hex> <path>` per line, one or more spaces
+    or tabs between, either hex case, any order, LF, CR or CRLF line ends. Require the
+    algorithm's digest length, safe paths, each path once; digests come back lowercase."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise Failed(f"{name} is not UTF-8 (byte {exc.start}).") from exc
-    if text and not text.endswith("\n"):
-        raise Failed(f"{name} does not end with a newline; it has been truncated or edited.")
+    hname = hashlib_name(algorithm)
+    hex_len = hashlib.new(hname).digest_size * 2 if hname is not None else None
     entries: dict[str, str] = {}
-    order: list[str] = []
-    hex_len = _HEX_LEN[algorithm]
-    line_re = re.compile(rf"([0-9a-f]{{{hex_len}}})  ([^ \t].*)")
-    for number, line in enumerate(text.split("\n")[:-1], start=1):
-        match = line_re.fullmatch(line)
-        if match is None:
-            raise Failed(f"{name} line {number} is {line[:100]!r}, expected '<{hex_len} lowercase "
-                         f"hex digits>', two spaces, '<path>'.")
-        digest, path = match.group(1), safe_bag_path(match.group(2), f"{name} line {number}")
+    for number, line in enumerate(tag_lines(text), start=1):
+        match = _LINE_RE.fullmatch(line)
+        if match is None or (hex_len is not None and len(match.group(1)) != hex_len):
+            raise Failed(f"{name} line {number} is {line[:100]!r}, expected '<{hex_len or 'the'} "
+                         "hex digits>', spaces or a tab, '<path>'.")
+        path = safe_bag_path(match.group(2), f"{name} line {number}")
         if path in entries:
             raise Failed(f"{name} lists {path!r} twice (line {number}).")
-        entries[path] = digest
-        order.append(path)
-    if order != sorted(order):
-        raise Failed(f"{name} is not sorted by path.")
+        entries[path] = match.group(1).lower()
     return entries
 
 
@@ -139,30 +180,33 @@ def _compare(tree: BagTree, entries: dict[str, str], expected_paths: set[str], n
              algorithm: str) -> None:
     listed = set(entries)
     missing = sorted(expected_paths - listed)
-    extra = sorted(listed - expected_paths)
-    if extra:
-        absent = [p for p in extra if p not in tree.files]
-        raise Failed(f"{name} lists {extra[:5]}, which "
-                     + ("are not files in the bag" if absent else "it must not list") + ".")
+    absent = sorted(p for p in listed if p not in tree.files)
+    if absent:
+        raise Failed(f"{name} lists {absent[:5]}, which are not files in the bag.")
     if missing:
         raise Failed(f"{name} does not list {missing[:5]}, which are in the bag.")
     for path in sorted(listed):
-        actual = (tree.sha256(path) if algorithm == "sha256"
-                  else hashlib.new(algorithm, tree.files[path]).hexdigest())
+        actual = digest(tree, path, algorithm)
         if actual != entries[path]:
             raise Failed(f"{algorithm} mismatch for {path!r}: {name} says {entries[path][:16]}…, "
                          f"the file hashes to {actual[:16]}…; the file or the manifest was changed.")
 
 
-def check_manifest(tree: BagTree, algorithm: str) -> str:
-    name = f"manifest-{algorithm}.txt"
+def check_manifest(tree: BagTree, name: str, algorithm: str) -> str:
+    """A payload manifest lists exactly the payload files, each with its right digest."""
     if name not in tree.files:
         raise Failed(f"{name} is missing.")
+    hname = hashlib_name(algorithm)
+    if hname is None:
+        raise Failed(f"{name} uses {algorithm!r}, which this Python cannot compute.")
     entries = parse_manifest(tree.files[name], name, algorithm)
-    if any(not p.startswith("data/") for p in entries):
-        bad = [p for p in entries if not p.startswith("data/")]
+    bad = [p for p in entries if not p.startswith(layout.DATA_DIR + "/")]
+    if bad:
         raise Failed(f"{name} lists {bad[:5]} outside data/; a payload manifest lists only data/.")
-    _compare(tree, entries, set(tree.payload()), name, algorithm)
+    extra = sorted(set(entries) - set(tree.payload()))
+    if extra:
+        raise Failed(f"{name} lists {extra[:5]}, which are not files in the bag.")
+    _compare(tree, entries, set(tree.payload()), name, hname)
     return f"{len(entries)} payload files listed, every {algorithm} matches"
 
 
@@ -170,51 +214,68 @@ def payload_manifest(tree: BagTree) -> dict[str, str]:
     return parse_manifest(tree.files[layout.MANIFEST_SHA256], layout.MANIFEST_SHA256, "sha256")
 
 
-def check_tagmanifest(tree: BagTree) -> str:
-    name = layout.TAGMANIFEST_SHA256
-    if name not in tree.files:
-        raise Failed(f"{name} is missing.")
-    entries = parse_manifest(tree.files[name], name, "sha256")
-    tags = {p for p in tree.files if "/" not in p and p in layout.TAG_FILES and p != name}
-    _compare(tree, entries, tags, name, "sha256")
-    return f"{len(entries)} tag files listed, every sha256 matches"
+def check_tagmanifests(tree: BagTree, notes: list[str]) -> str:
+    """Every tagmanifest-<alg>.txt: what it lists exists outside data/ with the right digest;
+    tagmanifest-sha256.txt lists every tag file of the format the bag holds."""
+    found = manifests(tree, tag=True)
+    if layout.TAGMANIFEST_SHA256 not in found:
+        raise Failed(f"{layout.TAGMANIFEST_SHA256} is missing.")
+    ours = {p for p in tree.files if p in layout.TAG_FILES and p != layout.TAGMANIFEST_SHA256}
+    checked = []
+    for name, algorithm in found.items():
+        hname = hashlib_name(algorithm)
+        if hname is None:
+            notes.append(f"{name} uses {algorithm!r}, which this Python cannot compute; not checked")
+            continue
+        entries = parse_manifest(tree.files[name], name, algorithm)
+        inside = [p for p in entries if p.startswith(layout.DATA_DIR + "/")]
+        if inside:
+            raise Failed(f"{name} lists payload files {inside[:5]}; a tag manifest lists tag files.")
+        required = ours if name == layout.TAGMANIFEST_SHA256 else set()
+        _compare(tree, entries, required, name, hname)
+        checked.append(f"{name} ({len(entries)} files)")
+    return "every digest matches: " + ", ".join(checked)
 
 
-def parse_bag_info(data: bytes) -> dict[str, str]:
+def parse_bag_info(data: bytes) -> list[tuple[str, str]]:
+    """(label, value) of every bag-info.txt entry in order: `Label: value` lines, continuation
+    lines (leading space or tab) joined to the value with one space; labels may repeat."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise Failed(f"bag-info.txt is not UTF-8 (byte {exc.start}).") from exc
-    info: dict[str, str] = {}
-    last: str | None = None
-    for number, line in enumerate(text.splitlines(), start=1):
-        if line[:1] in (" ", "\t") and last is not None:
-            info[last] += " " + line.strip()
+    entries: list[tuple[str, str]] = []
+    for number, line in enumerate(tag_lines(text), start=1):
+        if line[:1] in (" ", "\t") and entries:
+            label, value = entries[-1]
+            entries[-1] = (label, f"{value} {line.strip()}".strip())
             continue
         label, sep, value = line.partition(":")
         if not sep or not label or label != label.strip():
             raise Failed(f"bag-info.txt line {number} is {line[:80]!r}, expected 'Label: value'.")
-        if label in info:
-            raise Failed(f"bag-info.txt gives {label} twice.")
-        info[label] = value.strip()
-        last = label
-    return info
+        entries.append((label, value.strip()))
+    return entries
 
 
-def check_bag_info(tree: BagTree) -> tuple[str, dict[str, str]]:
+def check_bag_info(tree: BagTree, notes: list[str]) -> tuple[str, dict[str, str]]:
     if layout.BAG_INFO not in tree.files:
         raise Failed("bag-info.txt is missing.")
-    info = parse_bag_info(tree.files[layout.BAG_INFO])
-    required = [layout.INFO_BAGGING_DATE, layout.INFO_PAYLOAD_OXUM, layout.INFO_DESCRIPTION,
-                layout.INFO_PROTOCOL_SHA256, layout.INFO_PROFILE]
+    entries = parse_bag_info(tree.files[layout.BAG_INFO])
+    info: dict[str, str] = {}
+    for label, value in entries:
+        if label in layout.BAG_INFO_LABELS and label not in _UNSIGNED_LABELS:
+            if label in info:
+                raise Failed(f"bag-info.txt gives {label} twice.")
+            info[label] = value
+        else:
+            notes.append(f"bag-info.txt {label}: {value[:200]!r} (not signed; shown as written)")
+    required = [layout.INFO_BAGGING_DATE, layout.INFO_PAYLOAD_OXUM, layout.INFO_PROTOCOL_SHA256,
+                layout.INFO_PROFILE]
     if layout.PROVENANCE in tree.files:
         required.append(layout.INFO_SIGNER_FINGERPRINT)
     missing = [label for label in required if label not in info]
     if missing:
         raise Failed(f"bag-info.txt lacks {missing}.")
-    extra = sorted(set(info) - set(layout.BAG_INFO_LABELS))
-    if extra:
-        raise Failed(f"bag-info.txt has labels {extra} that the format does not define.")
     if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", info[layout.INFO_BAGGING_DATE]):
         raise Failed(f"bag-info.txt Bagging-Date is {info[layout.INFO_BAGGING_DATE]!r}, "
                      "expected YYYY-MM-DD.")
@@ -241,8 +302,8 @@ def declaration(ctx: Context) -> str:
 
 
 def entries(ctx: Context) -> str:
-    """Only the format's tag files and data/ at the root; no links or special files."""
-    return check_layout(ctx.bag())
+    """The format's tag files and data/ at the root (others noted); no links or special files."""
+    return check_layout(ctx.bag(), ctx.notes)
 
 
 def payload_set(ctx: Context) -> str:
@@ -253,22 +314,39 @@ def payload_set(ctx: Context) -> str:
 def manifest_sha256(ctx: Context) -> str:
     """manifest-sha256.txt lists every payload file once with its right digest."""
     tree = ctx.bag()
-    detail = check_manifest(tree, "sha256")
+    detail = check_manifest(tree, layout.MANIFEST_SHA256, "sha256")
     ctx.manifest = payload_manifest(tree)
     return detail
 
 
 def manifest_sha512(ctx: Context) -> str:
     """manifest-sha512.txt lists every payload file once with its right digest."""
-    return check_manifest(ctx.bag(), "sha512")
+    return check_manifest(ctx.bag(), layout.MANIFEST_SHA512, "sha512")
+
+
+def manifest_other(ctx: Context) -> str:
+    """Every other manifest-<alg>.txt the bag holds matches, for algorithms hashlib has."""
+    tree = ctx.bag()
+    others = {n: a for n, a in manifests(tree, tag=False).items()
+              if n not in (layout.MANIFEST_SHA256, layout.MANIFEST_SHA512)}
+    checked = []
+    for name, algorithm in others.items():
+        if hashlib_name(algorithm) is None:
+            ctx.notes.append(f"{name} uses {algorithm!r}, which this Python cannot compute; "
+                             "not checked")
+            continue
+        check_manifest(tree, name, algorithm)
+        checked.append(name)
+    return ("no other payload manifests" if not others
+            else f"{len(checked)} other payload manifests match: {', '.join(checked) or 'none'}")
 
 
 def tagmanifest(ctx: Context) -> str:
-    """tagmanifest-sha256.txt lists every tag file but itself with its right digest."""
-    return check_tagmanifest(ctx.bag())
+    """Every tagmanifest-<alg>.txt lists tag files with their right digests."""
+    return check_tagmanifests(ctx.bag(), ctx.notes)
 
 
 def info(ctx: Context) -> str:
-    """bag-info.txt labels, Payload-Oxum, date and hex formats."""
-    detail, ctx.info = check_bag_info(ctx.bag())
+    """bag-info.txt format labels, Payload-Oxum, date and hex formats; other labels noted."""
+    detail, ctx.info = check_bag_info(ctx.bag(), ctx.notes)
     return detail

@@ -32,7 +32,7 @@ from verify.context import Context, Trust
 from verify.result import SIGNER_CHECK, Check, Failed, Skipped
 from verify.tree import BagTree
 
-__all__ = ["TABLE", "Entry", "Group", "Trust", "Verification", "check_ids", "verify_tree"]
+__all__ = ["AUTHENTICATION", "CONTENT", "TABLE", "Entry", "Group", "Trust", "Verification", "check_ids", "verify_tree"]
 
 CheckFn = Callable[..., str]
 """A check: the context, plus the expansion's parameters as keywords; returns the detail."""
@@ -66,16 +66,16 @@ def _has_bag(ctx: Context) -> bool:
     return ctx.tree is not None
 
 
-TABLE: tuple[Entry | Group, ...] = (
+AUTHENTICATION: tuple[Entry | Group, ...] = (
     Group((
         Entry("bag.declaration", "bagit.txt declares BagIt 1.0", bag.declaration),
-        Entry("bag.layout", "only tag files and data/, no links", bag.entries),
-        Entry("bag.payload-files", "data/ holds exactly the format's files", bag.payload_set),
+        Entry("bag.layout", "tag files and data/, no links", bag.entries),
         Entry("bag.manifest-sha256", "manifest-sha256.txt matches every payload file",
               bag.manifest_sha256),
         Entry("bag.manifest-sha512", "manifest-sha512.txt matches every payload file",
               bag.manifest_sha512),
-        Entry("bag.tagmanifest", "tagmanifest-sha256.txt matches every tag file", bag.tagmanifest),
+        Entry("bag.manifest-other", "other payload manifests match", bag.manifest_other),
+        Entry("bag.tagmanifest", "tag manifests match every tag file", bag.tagmanifest),
         Entry("bag.info", "bag-info.txt well formed, Payload-Oxum right", bag.info),
     ), when=_has_bag),
     Entry("signature.envelope", "DSSE envelope well formed", signature.envelope),
@@ -83,6 +83,14 @@ TABLE: tuple[Entry | Group, ...] = (
     Entry("signature.subjects", "signed subjects equal the manifest and the files",
           signature.signed_subjects),
     Entry(SIGNER_CHECK, "signer is the trusted key", signature.trusted_signer),
+)
+"""What authenticates the bag: size-capped tag files and manifests, hashes, the signature and the
+signed subjects. Nothing here parses a payload file."""
+
+CONTENT: tuple[Entry | Group, ...] = (
+    Group((
+        Entry("bag.payload-files", "data/ holds exactly the format's files", bag.payload_set),
+    ), when=_has_bag),
     Group((
         Entry("json.{name}", "{path} valid against the verifier's schema", schemacheck.json_file),
     ), each=schemacheck.json_files),
@@ -137,6 +145,9 @@ TABLE: tuple[Entry | Group, ...] = (
     Entry("crate.signer", "crate names the bag's signer", crate.signer),
     Entry("figures.png", "figures are well-formed PNG images", figures.png),
 )
+"""What the payload says, checked only once the bag is authenticated."""
+
+TABLE: tuple[Entry | Group, ...] = AUTHENTICATION + CONTENT
 """Every check the verifier runs, in report order."""
 
 
@@ -175,24 +186,46 @@ class Runner:
             status = "fail"
         self.checks.append(Check(cid, title, status, detail))  # type: ignore[arg-type]
 
-    def run_entry(self, ctx: Context, entry: Entry, params: dict[str, str]) -> None:
-        """Run one table entry with the expansion's parameters, when it applies."""
+    def run_entry(self, ctx: Context, entry: Entry, params: dict[str, str],
+                  skip: str | None = None) -> None:
+        """Run one table entry with the expansion's parameters, when it applies; with `skip`,
+        record it as skipped for that reason instead of running it."""
         if entry.when is not None and not entry.when(ctx):
             return
-        self.run(entry.id.format(**params), entry.title.format(**params),
-                 lambda: entry.fn(ctx, **params))
+        cid, title = entry.id.format(**params), entry.title.format(**params)
+        if skip is not None:
+            self.checks.append(Check(cid, title, "skip", skip))
+            return
+        self.run(cid, title, lambda: entry.fn(ctx, **params))
 
-    def run_table(self, ctx: Context, table: Sequence[Entry | Group]) -> None:
-        """Run every entry of `table` in order, expanding groups."""
+    def run_table(self, ctx: Context, table: Sequence[Entry | Group], *,
+                  gate: bool = False, unread: Context | None = None) -> None:
+        """Run every entry of `table` in order, expanding groups. With `gate`, once a check has
+        failed every later entry is recorded as skipped instead of run; groups of skipped
+        entries expand on `unread` (a context that has read nothing) when given."""
         for item in table:
+            skip = self.not_authenticated() if gate else None
+            where = unread if skip is not None and unread is not None else ctx
             if isinstance(item, Entry):
-                self.run_entry(ctx, item, {})
+                self.run_entry(where, item, {}, skip)
                 continue
-            if item.when is not None and not item.when(ctx):
+            if item.when is not None and not item.when(where):
                 continue
-            for params in (item.each(ctx) if item.each is not None else [{}]):
+            for params in (item.each(where) if item.each is not None else [{}]):
                 for entry in item.entries:
-                    self.run_entry(ctx, entry, params)
+                    skip = self.not_authenticated() if gate else None
+                    self.run_entry(where if skip is not None else ctx, entry, params, skip)
+
+    def not_authenticated(self) -> str | None:
+        """The reason to skip what follows when a check has failed, or None."""
+        failed = self.first_failure()
+        if failed is None:
+            return None
+        return f"skipped: the bundle is not authenticated ({failed} failed)"
+
+    def first_failure(self) -> str | None:
+        """The id of the first failed check so far, or None."""
+        return next((c.id for c in self.checks if c.status == "fail"), None)
 
 
 @dataclass(frozen=True)
@@ -200,6 +233,8 @@ class Verification:
     checks: list[Check]
     signer_fingerprint: str | None
     """The key that signed the bundle, when the signature verifies (trusted or not)."""
+    notes: list[str]
+    """What the bag holds that nothing signed: reported, never trusted, never a failure."""
 
 
 def verify_tree(tree: BagTree | None, trust: Trust, *,
@@ -207,10 +242,20 @@ def verify_tree(tree: BagTree | None, trust: Trust, *,
                 prelude: list[Check] | None = None, fail_fast: bool = False) -> Verification:
     """Run every check on a bag read into memory; return the report lines in order.
 
+    Authenticate before parsing: the AUTHENTICATION checks run first, and once one of them (or
+    the prelude) fails, every later check is reported as skipped without reading the payload,
+    whatever it holds; their expansions are then those of the format's base payload.
+
     fail_fast stops at the first failed check (the verdict is the same: rejected); the fuzz
     tests use it to try many tampered bags quickly."""
     ctx = Context(tree=tree, trust=trust, expected_protocol_sha256=expected_protocol_sha256)
     runner = Runner(fail_fast)
     runner.checks.extend(prelude or [])
-    runner.run_table(ctx, TABLE)
-    return Verification(runner.checks, ctx.signer_fingerprint)
+    runner.run_table(ctx, AUTHENTICATION, gate=True)
+    unread = Context(tree=BagTree(root=tree.root) if tree is not None else None, trust=trust,
+                     expected_protocol_sha256=expected_protocol_sha256)
+    if runner.first_failure() is None:
+        runner.run_table(ctx, CONTENT)
+    else:
+        runner.run_table(ctx, CONTENT, gate=True, unread=unread)
+    return Verification(runner.checks, ctx.signer_fingerprint, ctx.notes)

@@ -29,11 +29,19 @@ T = TypeVar("T")
 
 @dataclass
 class Trust:
-    """What the user trusts: a public key, a fingerprint, or nothing."""
+    """What the user trusts: public keys (`key`, then `more_keys`, each with where it came from),
+    a fingerprint, or nothing; `threshold` distinct trusted keys must have signed."""
 
     key: Ed25519PublicKey | None = None
     fingerprint: str | None = None
     source: str = ""
+    more_keys: tuple[tuple[Ed25519PublicKey, str], ...] = ()
+    threshold: int = 1
+
+    def keys(self) -> list[tuple[Ed25519PublicKey, str]]:
+        """Every trusted key with its source, `key` first."""
+        first = [(self.key, self.source)] if self.key is not None else []
+        return first + list(self.more_keys)
 
 
 @dataclass
@@ -51,6 +59,9 @@ class Context:
     docs: dict[str, Any] = field(default_factory=dict)
     tables: dict[str, PoolData] = field(default_factory=dict)
     crate_graph: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+    """What the bag holds outside the signed statement (extra tag files and labels, ignored
+    statement fields, untrusted signatures): reported, never trusted, never a failure."""
 
     def need(self, value: T | None, what: str) -> T:
         """`value`, or Skipped when the earlier check that sets it did not pass."""

@@ -10,13 +10,20 @@ from verify.numerics import F64, I64
 
 
 @dataclass(frozen=True)
+class Signature:
+    """One DSSE signature, base64-decoded; `keyid` is only a hint of which key made it."""
+
+    keyid: str
+    sig: bytes
+
+
+@dataclass(frozen=True)
 class Envelope:
-    """A DSSE envelope with its one signature, payload and signature base64-decoded."""
+    """A DSSE envelope, payload and signatures base64-decoded, signatures in envelope order."""
 
     payload_type: str
     payload: bytes
-    keyid: str
-    sig: bytes
+    signatures: tuple[Signature, ...]
 
 
 @dataclass(frozen=True)

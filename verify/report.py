@@ -31,7 +31,10 @@ def _printable(text: str) -> str:
 def _trust(outcome: Outcome) -> dict[str, Any]:
     t = outcome.trust
     if t.key is not None:
-        return {"kind": "key", "source": t.source, "fingerprint": fingerprint(t.key)}
+        keys = t.keys()
+        return {"kind": "key", "source": t.source, "fingerprint": fingerprint(t.key),
+                "keys": [{"source": src, "fingerprint": fingerprint(k)} for k, src in keys],
+                "threshold": t.threshold}
     if t.fingerprint is not None:
         return {"kind": "fingerprint", "source": t.source, "fingerprint": t.fingerprint}
     return {"kind": "none", "source": None, "fingerprint": None}
@@ -53,6 +56,7 @@ def to_json(outcome: Outcome) -> dict[str, Any]:
         "seconds": round(outcome.seconds, 6),
         "checks": [{"id": c.id, "title": c.title, "status": c.status, "detail": c.detail}
                    for c in outcome.checks],
+        "unsigned_notes": list(outcome.notes),
     }
 
 
@@ -69,5 +73,8 @@ def table(outcome: Outcome) -> str:
     counts = {s: sum(c.status == s for c in outcome.checks) for s in ("pass", "fail", "skip")}
     summary = (f"{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped in "
                f"{outcome.seconds:.3f} s")
+    if outcome.notes:
+        lines += ["", "Unsigned notes (nothing signed says this; never part of the verdict):"]
+        lines += [f"  - {_printable(note)}" for note in outcome.notes]
     lines += ["", summary, VERDICTS[outcome.exit_code][1]]
     return "\n".join(lines) + "\n"

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import re
-from typing import Any
+from typing import Any, Final
 
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
@@ -19,9 +20,9 @@ from bundle.canonical import loads_strict
 from bundle.dsse import pae
 from bundle.errors import CanonicalJSONError
 from bundle.keys import fingerprint
-from verify import schemacheck
+from verify import bag, schemacheck
 from verify.context import Context
-from verify.documents import Envelope
+from verify.documents import Envelope, Signature
 from verify.result import Failed, InputError, Skipped
 
 
@@ -70,7 +71,12 @@ def _b64(value: Any, what: str) -> bytes:
         raise Failed(f"the envelope's {what} is not valid base64 ({exc}).") from exc
 
 
+MAX_SIGNATURES: Final = 100
+"""An envelope with more signatures than this is refused before any is tried."""
+
+
 def parse_envelope(data: bytes) -> Envelope:
+    """The envelope's exact shape (DSSE v1 as FORMAT.md writes it), one or more signatures."""
     try:
         env = loads_strict(data, source=layout.PROVENANCE)
     except CanonicalJSONError as exc:
@@ -82,38 +88,65 @@ def parse_envelope(data: bytes) -> Envelope:
     if env["payloadType"] != layout.PAYLOAD_TYPE:
         raise Failed(f"payloadType is {env['payloadType']!r}, expected {layout.PAYLOAD_TYPE!r}.")
     sigs = env["signatures"]
-    if not isinstance(sigs, list) or len(sigs) != 1:
+    if not isinstance(sigs, list) or not 1 <= len(sigs) <= MAX_SIGNATURES:
         count = len(sigs) if isinstance(sigs, list) else "not a list"
-        raise Failed(f"the envelope has {count} signatures, expected exactly one.")
-    sig = sigs[0]
-    if not isinstance(sig, dict) or set(sig) != {"keyid", "sig"} or not isinstance(
-            sig["keyid"], str):
-        raise Failed("the envelope's signature entry must hold exactly a keyid string and a sig.")
-    return Envelope(env["payloadType"], _b64(env["payload"], "payload"), sig["keyid"],
-                    _b64(sig["sig"], "signature"))
+        raise Failed(f"the envelope has {count} signatures, expected 1 to {MAX_SIGNATURES}.")
+    parsed = []
+    for i, sig in enumerate(sigs):
+        if not isinstance(sig, dict) or set(sig) != {"keyid", "sig"} or not isinstance(
+                sig["keyid"], str):
+            raise Failed(f"the envelope's signature {i} must hold exactly a keyid string and a "
+                         "sig.")
+        parsed.append(Signature(sig["keyid"], _b64(sig["sig"], f"signature {i}")))
+    return Envelope(env["payloadType"], _b64(env["payload"], "payload"), tuple(parsed))
+
+
+def signature_by(env: Envelope, key: Ed25519PublicKey) -> int | None:
+    """The index of the first signature that verifies under `key` over PAE of the exact payload,
+    or None. The keyid is only a hint: signatures naming the key's fingerprint are tried first,
+    then every other one."""
+    fp = fingerprint(key)
+    message = pae(env.payload_type, env.payload)
+    order = sorted(range(len(env.signatures)), key=lambda i: env.signatures[i].keyid != fp)
+    for i in order:
+        sig = env.signatures[i].sig
+        if len(sig) != 64:
+            continue
+        try:
+            key.verify(sig, message)
+        except InvalidSignature:
+            continue
+        return i
+    return None
 
 
 def verify_signature(env: Envelope, key: Ed25519PublicKey, source: str) -> None:
-    if len(env.sig) != 64:
-        raise Failed(f"the signature is {len(env.sig)} bytes, an Ed25519 signature is 64.")
-    try:
-        key.verify(env.sig, pae(env.payload_type, env.payload))
-    except InvalidSignature as exc:
+    """Raise Failed unless some signature of the envelope verifies under `key`."""
+    if signature_by(env, key) is None:
         raise Failed(f"the DSSE signature does not verify under {source} "
                      f"(fingerprint {fingerprint(key)[:16]}…); the statement or the signature "
-                     "was changed after signing.") from exc
+                     "was changed after signing.")
 
 
-def parse_statement(payload: bytes) -> dict[str, Any]:
+def parse_statement(payload: bytes) -> tuple[dict[str, Any], dict[str, dict[str, str]], list[str]]:
+    """(the statement as this verifier reads it, name -> digest set of every subject, notes).
+
+    in-toto Statement v1: consumers ignore unknown fields, so fields other than _type, subject,
+    predicateType and predicate (and, in a subject, other than name and digest) are dropped and
+    noted; a subject's digest set may hold other algorithms, sha256 is required. The predicate
+    is ours and stays strict (its schema runs on it unchanged)."""
     try:
         statement = loads_strict(payload, source="The signed statement")
     except CanonicalJSONError as exc:
         raise Failed(str(exc)) from exc
     if not isinstance(statement, dict):
         raise Failed("the signed statement is not a JSON object.")
-    expected = {"_type", "subject", "predicateType", "predicate"}
-    if set(statement) != expected:
-        raise Failed(f"the statement has keys {sorted(statement)}, expected {sorted(expected)}.")
+    known = ("_type", "subject", "predicateType", "predicate")
+    missing = [k for k in known if k not in statement]
+    if missing:
+        raise Failed(f"the statement lacks {missing}; an in-toto Statement v1 holds {list(known)}.")
+    notes = [f"the signed statement's field {k!r} is not one this verifier reads; ignored, as "
+             "in-toto Statement v1 requires" for k in sorted(set(statement) - set(known))]
     if statement["_type"] != layout.STATEMENT_TYPE:
         raise Failed(f"the statement _type is {statement['_type']!r}, "
                      f"expected {layout.STATEMENT_TYPE!r}.")
@@ -122,29 +155,35 @@ def parse_statement(payload: bytes) -> dict[str, Any]:
                      f"expected {layout.PREDICATE_TYPE!r}.")
     if not isinstance(statement["predicate"], dict):
         raise Failed("the statement's predicate is not a JSON object.")
-    return statement
+    digests, subject_notes = subject_digests(statement["subject"])
+    read = {k: statement[k] for k in known}
+    read["subject"] = [{"name": name, "digest": {"sha256": d["sha256"]}}
+                       for name, d in digests.items()]
+    return read, digests, notes + subject_notes
 
 
-def subjects(statement: dict[str, Any]) -> dict[str, str]:
-    """name -> sha256 of the statement's subjects; require the exact shape and sorted names."""
-    subject = statement["subject"]
+def subject_digests(subject: Any) -> tuple[dict[str, dict[str, str]], list[str]]:
+    """name -> {algorithm: lowercase hex} of every subject, and notes on ignored fields."""
     if not isinstance(subject, list):
         raise Failed("the statement's subject is not a list.")
-    out: dict[str, str] = {}
-    names = []
+    out: dict[str, dict[str, str]] = {}
+    notes: list[str] = []
     for i, item in enumerate(subject):
-        if (not isinstance(item, dict) or set(item) != {"name", "digest"}
-                or not isinstance(item["name"], str) or not isinstance(item["digest"], dict)
-                or set(item["digest"]) != {"sha256"} or not isinstance(item["digest"]["sha256"], str)
-                or not re.fullmatch(r"[0-9a-f]{64}", item["digest"]["sha256"])):
-            raise Failed(f"statement subject {i} is not {{name, digest: {{sha256: hex}}}}.")
-        if item["name"] in out:
-            raise Failed(f"the statement names {item['name']!r} twice.")
-        out[item["name"]] = item["digest"]["sha256"]
-        names.append(item["name"])
-    if names != sorted(names):
-        raise Failed("the statement's subjects are not sorted by name.")
-    return out
+        digest = item.get("digest") if isinstance(item, dict) else None
+        if (not isinstance(item, dict) or not isinstance(item.get("name"), str)
+                or not isinstance(digest, dict)
+                or not all(isinstance(a, str) and isinstance(v, str) and re.fullmatch(
+                    r"[0-9a-fA-F]+", v) for a, v in digest.items())
+                or not re.fullmatch(r"[0-9a-f]{64}", str(digest.get("sha256")))):
+            raise Failed(f"statement subject {i} is not {{name, digest: {{sha256: lowercase hex, "
+                         "...}}}.")
+        name = item["name"]
+        if name in out:
+            raise Failed(f"the statement names {name!r} twice.")
+        notes += [f"the signed subject {name!r} has field {k!r}, which this verifier does not "
+                  "read; ignored" for k in sorted(set(item) - {"name", "digest"})]
+        out[name] = {alg: value.lower() for alg, value in digest.items()}
+    return out, notes
 
 
 def compare_subjects(signed: dict[str, str], manifest: dict[str, str],
@@ -163,10 +202,20 @@ def compare_subjects(signed: dict[str, str], manifest: dict[str, str],
     return f"{len(signed)} subjects, equal to the manifest and to the files"
 
 
+def load_signer_key(data: bytes, notes: list[str]) -> Ed25519PublicKey:
+    """signer.pub.pem's key; text around the PEM block is not signed, so it is only noted."""
+    begin = data.find(b"-----BEGIN")
+    if begin > 0 and data[:begin].strip():
+        text = data[:begin].decode("utf-8", "replace").strip()
+        notes.append(f"{layout.SIGNER_PUB} holds text before -----BEGIN, which nothing signs: "
+                     f"{text[:200]!r}")
+    return load_public_key_pem(data, layout.SIGNER_PUB)
+
+
 # -- the checks (verify/checks.py lists them in order) ---------------------------------------
 
 def envelope(ctx: Context) -> str:
-    """The DSSE envelope's shape, payload type, one signature and the envelope schema."""
+    """The DSSE envelope's shape, payload type, signatures and the envelope schema."""
     tree = ctx.bag()
     if layout.PROVENANCE not in tree.files:
         raise Failed(f"the bundle is unsigned: {layout.PROVENANCE} is missing, so nothing "
@@ -174,7 +223,9 @@ def envelope(ctx: Context) -> str:
     ctx.envelope = parse_envelope(tree.files[layout.PROVENANCE])
     schemacheck.validate(loads_strict(tree.files[layout.PROVENANCE]), "envelope",
                          layout.PROVENANCE)
-    return f"DSSE envelope, payloadType {ctx.envelope.payload_type}, one signature"
+    count = len(ctx.envelope.signatures)
+    return (f"DSSE envelope, payloadType {ctx.envelope.payload_type}, {count} signature"
+            + ("s" if count > 1 else ""))
 
 
 def valid(ctx: Context) -> str:
@@ -183,41 +234,78 @@ def valid(ctx: Context) -> str:
     env = ctx.need(ctx.envelope, "the envelope")
     if layout.SIGNER_PUB not in tree.files:
         raise Failed(f"{layout.SIGNER_PUB} is missing; the signer's key is not in the bag.")
-    key = load_public_key_pem(tree.files[layout.SIGNER_PUB], layout.SIGNER_PUB)
+    key = load_signer_key(tree.files[layout.SIGNER_PUB], ctx.notes)
     fp = fingerprint(key)
-    if env.keyid != fp:
-        raise Failed(f"the envelope's keyid is {env.keyid[:16]}…, {layout.SIGNER_PUB} has "
-                     f"fingerprint {fp[:16]}….")
     named = (ctx.info or {}).get(layout.INFO_SIGNER_FINGERPRINT)
     if named is not None and named != fp:
         raise Failed(f"bag-info.txt names signer {named[:16]}…, the signing key is "
                      f"{fp[:16]}….")
-    verify_signature(env, key, layout.SIGNER_PUB)
-    ctx.statement = parse_statement(env.payload)
+    index = signature_by(env, key)
+    if index is None:
+        keyids = [s.keyid[:16] + "…" for s in env.signatures]
+        raise Failed(f"the DSSE signature does not verify under {layout.SIGNER_PUB} (fingerprint "
+                     f"{fp[:16]}…; the envelope's keyids {keyids[:5]}); the statement or the "
+                     "signature was changed after signing, or the key was replaced.")
+    if env.signatures[index].keyid != fp:
+        ctx.notes.append(f"signature {index} names keyid {env.signatures[index].keyid[:16]}…, but "
+                         f"was made by {layout.SIGNER_PUB} ({fp[:16]}…); a keyid is only a hint")
+    statement, _, notes = parse_statement(env.payload)
+    ctx.notes.extend(notes)
+    ctx.statement = statement
     ctx.signer_fingerprint = fp
     return f"Ed25519 signature valid, signer fingerprint {fp}"
 
 
 def signed_subjects(ctx: Context) -> str:
-    """The signed subjects equal manifest-sha256.txt and the files."""
-    statement = ctx.need(ctx.statement, "the signed statement")
+    """The signed subjects equal manifest-sha256.txt and the files, in every digest hashlib has."""
+    env = ctx.need(ctx.envelope, "the envelope")
+    ctx.need(ctx.statement, "the signed statement")
     manifest = ctx.need(ctx.manifest, "manifest-sha256.txt")
     tree = ctx.bag()
+    _, digests, _ = parse_statement(env.payload)
     actual = {p: tree.sha256(p) for p in tree.payload()}
-    return compare_subjects(subjects(statement), manifest, actual)
+    detail = compare_subjects({n: d["sha256"] for n, d in digests.items()}, manifest, actual)
+    others = 0
+    for name, digest in sorted(digests.items()):
+        for algorithm, value in sorted(digest.items()):
+            if algorithm == "sha256":
+                continue
+            hname = bag.hashlib_name(algorithm)
+            if hname is None:
+                ctx.notes.append(f"the signed subject {name!r} has a {algorithm!r} digest, which "
+                                 "this Python cannot compute; not checked")
+                continue
+            found = hashlib.new(hname, tree.files[name]).hexdigest()
+            if found != value:
+                raise Failed(f"{algorithm} mismatch for {name!r}: the signed statement says "
+                             f"{value[:16]}…, the file hashes to {found[:16]}…; the payload was "
+                             "changed after signing.")
+            others += 1
+    return detail + (f", and {others} other signed digests" if others else "")
 
 
 def trusted_signer(ctx: Context) -> str:
-    """The signer is the trusted key or has the trusted fingerprint; skipped without either."""
+    """At least the threshold of distinct trusted keys signed; skipped without a trusted key."""
     env = ctx.need(ctx.envelope, "the envelope")
     fp = ctx.need(ctx.signer_fingerprint, "a valid signature")
-    if ctx.trust.key is not None:
-        want = fingerprint(ctx.trust.key)
-        if want != fp:
-            raise Failed(f"signed by {fp[:16]}…, not by the trusted key {ctx.trust.source} "
-                         f"({want[:16]}…); the bundle was re-signed by someone else.")
-        verify_signature(env, ctx.trust.key, f"the trusted key {ctx.trust.source}")
-        return f"signer is the trusted key {ctx.trust.source} ({want[:16]}…)"
+    keys = ctx.trust.keys()
+    trusted: dict[str, str] = {}
+    by_trusted: set[int] = set()
+    for key, source in keys:
+        index = signature_by(env, key)
+        if index is not None:
+            trusted.setdefault(fingerprint(key), source)
+            by_trusted.add(index)
+    _note_untrusted(ctx, env, fp, by_trusted)
+    if keys:
+        want = ctx.trust.threshold
+        if len(trusted) >= want:
+            names = ", ".join(f"{src} ({kfp[:16]}…)" for kfp, src in trusted.items())
+            return f"signed by {len(trusted)} trusted key(s), {want} required: {names}"
+        sources = ", ".join(src for _, src in keys)
+        raise Failed(f"signed by {fp[:16]}…, not by the trusted key(s) {sources}: {len(trusted)} "
+                     f"of the {want} required trusted signatures verify; the bundle was re-signed "
+                     "by someone else, or a required signature is missing.")
     if ctx.trust.fingerprint is not None:
         if ctx.trust.fingerprint != fp:
             raise Failed(f"signed by {fp[:16]}…, not by the trusted fingerprint "
@@ -227,3 +315,19 @@ def trusted_signer(ctx: Context) -> str:
     raise Skipped(f"no trusted key given: the bundle is intact and signed by {fp[:16]}…, but "
                   "whose key that is is not established; pass --trusted-key PUB.pem or "
                   "--trusted-fingerprint HEX")
+
+
+def _note_untrusted(ctx: Context, env: Envelope, fp: str, by_trusted: set[int]) -> None:
+    """A note for every signature no trusted key made: it counts for nothing."""
+    tree = ctx.bag()
+    signer = load_public_key_pem(tree.files[layout.SIGNER_PUB], layout.SIGNER_PUB)
+    own = signature_by(env, signer)
+    for i, sig in enumerate(env.signatures):
+        if i in by_trusted:
+            continue
+        if i == own:
+            if ctx.trust.keys():
+                ctx.notes.append(f"signed also by {fp} ({layout.SIGNER_PUB}), not trusted")
+        else:
+            ctx.notes.append(f"signed also by keyid {sig.keyid[:64]}, not trusted (no trusted key "
+                             "verifies that signature)")

@@ -1,0 +1,150 @@
+"""Add a signature to a sealed bundle's DSSE envelope (a co-author, a lab, an archive).
+
+The payload, the statement and every other signature stay byte for byte; the envelope gains one
+`{"keyid": fingerprint, "sig": ...}` over the same PAE. The envelope is a tag file, so every
+`tagmanifest-<alg>.txt` that lists it is updated. Each file is replaced atomically (written
+beside it, then renamed), envelope first: an interrupted cosign leaves a bag whose tag manifest
+no longer matches, never a half-written file.
+
+This is a writer: it reads only what it must to refuse a bad bundle (the envelope's shape and
+its original signature by signer.pub.pem); `python -m verify` is the reader of the format.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from bundle import layout
+from bundle.canonical import dumps, loads_strict
+from bundle.dsse import pae
+from bundle.errors import BundleError, CanonicalJSONError
+from bundle.keys import fingerprint
+from bundle.schemas import validate
+
+_TAGMANIFEST = re.compile(r"tagmanifest-([A-Za-z0-9_-]+)\.txt")
+
+
+def cosign(bag: Path, private_key: Ed25519PrivateKey) -> str:
+    """Add `private_key`'s signature to the bag's envelope; return its fingerprint.
+
+    Refuses (BundleError, one sentence) an unsigned or unreadable bag, an envelope whose
+    original signature does not verify under signer.pub.pem, and a key that already signed."""
+    bag = Path(bag)
+    env_path = bag / layout.PROVENANCE
+    envelope = _read_envelope(env_path)
+    payload = _b64decode(envelope["payload"], env_path)
+    message = pae(envelope["payloadType"], payload)
+    signatures = [_b64decode(s["sig"], env_path) for s in envelope["signatures"]]
+    original = _signer_key(bag)
+    if not any(_verifies(original, sig, message) for sig in signatures):
+        raise BundleError(
+            f"{env_path} holds no signature that verifies under {layout.SIGNER_PUB}; run "
+            "`python -m verify` on the bundle and cosign only a bundle that verifies."
+        )
+    fp = fingerprint(private_key)
+    if any(_verifies(private_key.public_key(), sig, message) for sig in signatures):
+        raise BundleError(f"The key {fp[:16]}… already signed {bag}; nothing to add.")
+    envelope["signatures"].append(
+        {"keyid": fp, "sig": base64.b64encode(private_key.sign(message)).decode("ascii")}
+    )
+    validate(envelope, "envelope", source=layout.PROVENANCE)
+    data = dumps(envelope, source=layout.PROVENANCE)
+    _replace(env_path, data)
+    for name in sorted(os.listdir(bag)):
+        match = _TAGMANIFEST.fullmatch(name)
+        if match is not None:
+            _update_tagmanifest(bag / name, match.group(1), data)
+    return fp
+
+
+def _read_envelope(path: Path) -> dict[str, Any]:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise BundleError(
+            f"{path} does not exist; cosign a signed bundle (sealed with --signing-key)."
+        ) from exc
+    except OSError as exc:
+        raise BundleError(f"Cannot read {path} ({exc.strerror}); pass a bundle folder.") from exc
+    try:
+        envelope = loads_strict(raw, source=layout.PROVENANCE)
+        validate(envelope, "envelope", source=layout.PROVENANCE)
+    except CanonicalJSONError as exc:
+        raise BundleError(f"{path} is not a readable DSSE envelope ({exc}); re-create the "
+                          "bundle.") from exc
+    except BundleError as exc:
+        raise BundleError(f"{path} is not a DSSE envelope of this format ({exc}); re-create "
+                          "the bundle.") from exc
+    return envelope  # type: ignore[no-any-return]
+
+
+def _b64decode(value: str, path: Path) -> bytes:
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise BundleError(f"{path} holds invalid base64 ({exc}); re-create the bundle.") from exc
+
+
+def _signer_key(bag: Path) -> Ed25519PublicKey:
+    path = bag / layout.SIGNER_PUB
+    try:
+        key = serialization.load_pem_public_key(path.read_bytes())
+    except OSError as exc:
+        raise BundleError(f"Cannot read {path} ({exc.strerror}); cosign a signed bundle.") from exc
+    except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
+        raise BundleError(f"{path} is not a PEM public key; re-create the bundle.") from exc
+    if not isinstance(key, Ed25519PublicKey):
+        raise BundleError(f"{path} is not an Ed25519 public key; re-create the bundle.")
+    return key
+
+
+def _verifies(key: Ed25519PublicKey, sig: bytes, message: bytes) -> bool:
+    try:
+        key.verify(sig, message)
+    except InvalidSignature:
+        return False
+    return True
+
+
+def _update_tagmanifest(path: Path, algorithm: str, envelope: bytes) -> None:
+    """Rewrite the envelope's line of one tag manifest with its new digest; keep every other line
+    (and the manifest's own separator) as it is."""
+    try:
+        digest = hashlib.new(algorithm.lower().replace("-", ""), envelope).hexdigest()
+    except ValueError:
+        return  # an algorithm this Python lacks: nothing can update it, a verifier notes it
+    lines = path.read_bytes().decode("utf-8").splitlines()
+    out = []
+    for line in lines:
+        parts = line.split(None, 1)
+        if len(parts) == 2 and parts[1] == layout.PROVENANCE:
+            sep = line[len(parts[0]):len(line) - len(parts[1])]
+            line = f"{digest}{sep}{layout.PROVENANCE}"
+        out.append(line)
+    _replace(path, "".join(f"{line}\n" for line in out).encode("utf-8"))
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """Write `data` to a temporary file beside `path`, flush it, and rename it over `path`."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
