@@ -105,6 +105,9 @@ class Party:
         return default
 
 
+DEFAULT_PUBLISHER_PARTY = Party.parse("--publisher", DEFAULT_PUBLISHER)
+
+
 @dataclass(frozen=True)
 class Publication:
     """Under which licence a bundle is published, by whom, who wrote it and whom to contact: the
@@ -114,7 +117,7 @@ class Publication:
     identifier, a contact is given and every author has an ORCID."""
 
     license: str = DEFAULT_LICENSE  # an absolute http(s) URL, ideally SPDX's
-    publisher: Party = Party.parse("--publisher", DEFAULT_PUBLISHER)
+    publisher: Party = DEFAULT_PUBLISHER_PARTY
     authors: tuple[Party, ...] = ()  # in the order given; none is stated when empty
     contact: str | None = None  # the publisher's e-mail address
 
