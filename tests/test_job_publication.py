@@ -34,3 +34,18 @@ def test_defaults_are_signed(tiny_bundle: Path) -> None:
         "publisher": {"name": "calibration-runs", "id": "https://calibration-runs.example/"},
         "authors": [], "contact": None}
     assert predicate["format"] == {"version": 1, "oldest_verifier": "1.0.0"}
+
+
+def test_the_verifier_requires_the_crate_to_state_the_signed_publication(tiny_bundle: Path) -> None:
+    from verify.crate import check_publication, parse
+    from verify.result import Failed
+
+    _, graph = parse((tiny_bundle / "data" / "ro-crate-metadata.json").read_bytes())
+    signed = {"license": "https://spdx.org/licenses/CC-BY-4.0",
+              "publisher": {"name": "calibration-runs", "id": "https://calibration-runs.example/"},
+              "authors": [], "contact": None}
+    assert "calibration-runs" in check_publication(graph, signed)
+    for key, value in [("license", "https://spdx.org/licenses/MIT"), ("authors", [{"name": "X", "id": None}]),
+                       ("publisher", {"name": "someone else", "id": "https://calibration-runs.example/"})]:
+        with pytest.raises(Failed, match=key):
+            check_publication(graph, {**signed, key: value})
