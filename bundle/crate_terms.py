@@ -26,14 +26,21 @@ SIGNER_KEY: Final = "#signer-key"
 SOFTWARE_COMMIT: Final = "#software-commit"
 CONTAINER_IMAGE: Final = "#container-image"
 NO_LICENSE: Final = "#license-not-stated"
+"""The license of a crate that states none (crates written before the job stated one)."""
+PUBLISHER: Final = "#publisher"
+AUTHOR_PREFIX: Final = "#author-"
+"""The publisher and the authors have their identifier (ROR, ORCID or a home page) as @id, or else
+#publisher and #author-1, #author-2, ... (in the order the root lists them)."""
 SOFTWARE_ID: Final = "https://calibration-runs.example/software/calibration-runs"
 FINGERPRINT_PROPERTY: Final = "https://calibration-runs.example/terms/ed25519-public-key-sha256"
 
 INPUT_FILES: Final = (data_name(PROTOCOL_JSON),)
 """Payload files the run reads (the object of RUN besides INPUTS); every other one is a result."""
 VOLATILE: Final = frozenset({data_name(ENVIRONMENT_JSON)})
-"""Payload files that differ between two runs on the same inputs: described without size or hash
-(the bag manifests hash them), so that the crate stays byte-identical between such runs."""
+"""Payload files that differ between two runs on the same inputs, in size too: not data entities of
+the crate (RO-Crate recommends a size for every File; the bag manifests hash them), so that the
+crate stays byte-identical between such runs. Crates written before may describe them without
+size or hash."""
 
 MEDIA_TYPES: Final = {".json": "application/json", ".parquet": "application/vnd.apache.parquet",
                       ".png": "image/png", ".md": "text/markdown"}
@@ -46,4 +53,7 @@ FILE: Final = "File"
 CREATE_ACTION: Final = "CreateAction"
 SOFTWARE_APPLICATION: Final = "SoftwareApplication"
 PROPERTY_VALUE: Final = "PropertyValue"
+ORGANIZATION: Final = "Organization"
+CONTACT_POINT: Final = "ContactPoint"
+PERSON: Final = "Person"
 PROFILE_TYPE: Final = "Profile"

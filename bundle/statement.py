@@ -9,6 +9,7 @@ from typing import Any
 
 from bundle import layout
 from bundle.canonical import dumps, loads_strict
+from bundle.crate_terms import NO_LICENSE, ROOT
 from bundle.errors import BundleError
 from bundle.layout import PREDICATE_TYPE, STATEMENT_TYPE
 from bundle.schemas import schema_id, schema_sha256, validate
@@ -59,10 +60,37 @@ def _read(bag: Path, rel: str) -> bytes:
         ) from exc
 
 
+def _ref_ids(value: Any) -> list[str]:
+    """The @ids of a crate property holding one reference or a list of them."""
+    return [v["@id"] for v in (value if isinstance(value, list) else [value] if value else [])]
+
+
+def publication_from_crate(crate: Mapping[str, Any]) -> dict[str, Any]:
+    """The predicate's `publication`: the licence, publisher, authors and contact the crate's
+    root states (FORMAT.md "Predicate"); null or empty where it states none."""
+    graph = {e["@id"]: e for e in crate["@graph"]}
+    root = graph[ROOT]
+
+    def party(ident: str) -> dict[str, Any]:
+        return {"name": graph[ident]["name"], "id": None if ident.startswith("#") else ident}
+
+    licenses = [i for i in _ref_ids(root.get("license")) if i != NO_LICENSE]
+    publishers = _ref_ids(root.get("publisher"))
+    contacts = _ref_ids(graph[publishers[0]].get("contactPoint")) if publishers else []
+    return {
+        "license": licenses[0] if licenses else None,
+        "publisher": party(publishers[0]) if publishers else None,
+        "authors": [party(i) for i in _ref_ids(root.get("author"))],
+        "contact": graph[contacts[0]]["email"] if contacts else None,
+    }
+
+
 def predicate_from_payload(bag: Path) -> dict[str, Any]:
     """The predicate restated from the payload files, without `schemas` and `signer_fingerprint`.
 
-    The job may sign it as is; a verifier recomputes it from the payload and compares.
+    `format` is the format this code writes; `publication` restates the crate's root, so the
+    crate must be written first. The job may sign it as is; a verifier recomputes it from the
+    payload and compares.
     """
     bag = Path(bag)
     protocol_sha256 = hashlib.sha256(_read(bag, layout.PROTOCOL_JSON)).hexdigest()
@@ -73,8 +101,10 @@ def predicate_from_payload(bag: Path) -> dict[str, Any]:
     validate(resources, "resources", source=layout.RESOURCES_JSON)
     validate(temperature, "temperature", source=layout.TEMPERATURE_JSON)
     validate(metrics, "metrics", source=layout.METRICS_JSON)
+    crate = loads_strict(_read(bag, layout.RO_CRATE_JSON), source=layout.RO_CRATE_JSON)
     audit = metrics["pools"]["audit"]
     return {
+        "format": {"version": layout.FORMAT_VERSION, "oldest_verifier": layout.OLDEST_VERIFIER},
         "protocol_sha256": protocol_sha256,
         "profile": resources["profile"],
         "resources": {
@@ -100,6 +130,7 @@ def predicate_from_payload(bag: Path) -> dict[str, Any]:
             "raw": {k: audit["raw"][k] for k in _HEADLINE},
             "calibrated": {k: audit["calibrated"][k] for k in _HEADLINE},
         },
+        "publication": publication_from_crate(crate),
     }
 
 

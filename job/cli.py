@@ -13,6 +13,7 @@ from job.errors import JobError
 from job.hub import default_cache
 from job.protocol import DEFAULT_PROTOCOL, Protocol, load_protocol
 from job.resources import Resources, resolve_hub, resolve_local
+from job.rocrate import DEFAULT_LICENSE, DEFAULT_PUBLISHER, Party, Publication
 
 if TYPE_CHECKING:
     from job.run import RunOptions
@@ -42,6 +43,15 @@ def _parser() -> argparse.ArgumentParser:
     key.add_argument("--signing-key", type=Path, help="Ed25519 private key (PKCS#8 PEM); passphrase from CALIBRATION_KEY_PASSPHRASE")
     key.add_argument("--ephemeral-key", action="store_true", help="sign with a throwaway key written beside --out")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument("--license", default=DEFAULT_LICENSE, metavar="URL",
+                     help=f"licence of the bundle's files, an SPDX URL (default: {DEFAULT_LICENSE})")
+    run.add_argument("--publisher", default=DEFAULT_PUBLISHER, metavar="'NAME <URL>'",
+                     help="who publishes the bundle: a name and its ROR (organisation) or ORCID (person) "
+                          f"URL (default: {DEFAULT_PUBLISHER})")
+    run.add_argument("--author", action="append", default=[], metavar="'NAME <ORCID>'",
+                     help="a person who wrote the bundle, <ORCID URL> optional; repeat for several "
+                          "(default: none stated)")
+    run.add_argument("--contact", metavar="EMAIL", help="the publisher's e-mail address (default: none)")
     return p
 
 
@@ -55,7 +65,11 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
     """The typed options of `run`; the namespace goes no further than this module."""
     from job.run import RunOptions
     return RunOptions(out=args.out, signing_key=args.signing_key, ephemeral_key=args.ephemeral_key,
-                      progress=not args.no_progress)
+                      progress=not args.no_progress,
+                      publication=Publication(
+                          license=args.license, publisher=Party.parse("--publisher", args.publisher),
+                          authors=tuple(Party.parse("--author", a) for a in args.author),
+                          contact=args.contact))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,7 +26,7 @@ from job.protocol import AUDIT, Protocol
 from job.protocol import CALIBRATION as CAL
 from job.report import report_markdown
 from job.resources import Resources
-from job.rocrate import crate_bytes
+from job.rocrate import Publication, crate_bytes
 from job.runtime import Settings, configure_torch
 from job.split import Pool, make_pools
 from job.stability import stability_record
@@ -130,11 +130,12 @@ def stage(protocol: Protocol, name: str, consumed: dict[str, str], produced: dic
 
 def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: bool = True, *,
             signer_fingerprint: str | None = None, date_published: str | None = None,
-            ) -> RunResult:
+            publication: Publication | None = None) -> RunResult:
     """Run every stage into data_dir and return the records written. Signing and publishing happen elsewhere.
 
     signer_fingerprint: the key that will sign the bundle (recorded in ro-crate-metadata.json);
-    date_published: the crate's datePublished (default bundle.bag.bagging_date())."""
+    date_published: the crate's datePublished (default bundle.bag.bagging_date());
+    publication: the crate's licence, publisher and authors (default job.rocrate.Publication())."""
     art = Artifacts(data_dir)
     clock = StageClock()
     stages: list[dict[str, Any]] = []
@@ -209,7 +210,7 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
         from bundle.bag import bagging_date
         date_published = bagging_date()
     art.write_bytes(layout.RO_CRATE_JSON, crate_bytes(data_dir, signer_fingerprint=signer_fingerprint,
-                                                      date_published=date_published))
+                                                      date_published=date_published, publication=publication))
     return RunResult(temperature=temperature, metrics=metrics, bootstrap=bootstrap, stability=stability)
 
 

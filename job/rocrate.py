@@ -5,10 +5,15 @@ CreateAction: instrument = this software (name, version, commit, container image
 inputs (the pre-registered protocol.json, the model and the dataset with their pins), result = every
 other payload file. The signer's public key fingerprint is a PropertyValue the root mentions.
 
-No hashing cycle: the crate lists the sha256 of every payload file except itself and
+No hashing cycle: the crate lists the size and sha256 of every payload file except itself and
 environment.json, and no payload file holds the crate's hash. Write it last, after every other file
 in data/. Deterministic: the same payload (environment.json aside: only its git commit and image
-are read), fingerprint and date give the same bytes; times are left to environment.json.
+are read), fingerprint, date and publication give the same bytes; times are left to
+environment.json. environment.json is not a data entity of the crate: RO-Crate recommends a size
+for every File, and its size varies between runs; the bag manifests and the signature cover it.
+
+Who publishes the bundle, under which licence and by whom it was written (Publication) is stated
+on the root; the signed predicate restates it (bundle.statement.predicate_from_payload).
 
 The crate follows the Process Run Crate pattern (CreateAction, instrument, object, result) but does
 not declare conformance to Process Run Crate 0.5: that profile is defined on RO-Crate 1.1, and
@@ -18,12 +23,16 @@ rocrate-validator then applies the 1.1 rules (descriptor conformsTo 1.1) to this
 from __future__ import annotations
 
 import hashlib
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bundle import layout
 from bundle.canonical import dumps, loads_strict
 from bundle.crate_terms import (
+    AUTHOR_PREFIX,
+    CONTACT_POINT,
     CONTAINER_IMAGE,
     CONTEXT,
     CREATE_ACTION,
@@ -35,11 +44,13 @@ from bundle.crate_terms import (
     INPUT_FILES,
     INPUTS,
     MEDIA_TYPES,
-    NO_LICENSE,
+    ORGANIZATION,
+    PERSON,
     PROFILE,
     PROFILE_TYPE,
     PROFILE_VERSION,
     PROPERTY_VALUE,
+    PUBLISHER,
     ROOT,
     RUN,
     SIGNER_KEY,
@@ -50,10 +61,84 @@ from bundle.crate_terms import (
 )
 from bundle.layout import data_name
 from job import __version__
+from job.errors import JobError
 
 CRATE = DESCRIPTOR
 """The crate's name inside data/."""
 SOFTWARE_URL = "https://calibration-runs.example/"
+
+ORCID_PREFIX = "https://orcid.org/"
+ROR_PREFIX = "https://ror.org/"
+DEFAULT_LICENSE = "https://spdx.org/licenses/CC-BY-4.0"
+DEFAULT_PUBLISHER = f"calibration-runs <{SOFTWARE_URL}>"
+_URL = re.compile(r"https?://[^\s/<>]+/[^\s<>]*")
+_PARTY = re.compile(r"(?P<name>[^<>]+?)(?: <(?P<id>[^<>]+)>)?")
+_EMAIL = re.compile(r"[^\s@<>]+@[^\s@<>]+\.[^\s@<>]+")
+_NAME_MAX = 200
+
+
+@dataclass(frozen=True)
+class Party:
+    """A publisher or an author: a name and, when known, an identifying URL (ROR for an
+    organisation, ORCID for a person, or a home page)."""
+
+    name: str
+    id: str | None = None
+
+    @classmethod
+    def parse(cls, option: str, text: str) -> Party:
+        """`NAME` or `NAME <URL>` (as git writes `Name <email>`); JobError when malformed."""
+        m = _PARTY.fullmatch(text)
+        name = m.group("name") if m else ""
+        if not m or name != name.strip() or len(name) > _NAME_MAX or not name.isprintable() \
+                or (m.group("id") is not None and not _URL.fullmatch(m.group("id"))):
+            raise JobError(f"{option} {text[:80]!r} is not `NAME` or `NAME <URL>`; pass e.g. "
+                           f"{option} 'Ada Lovelace <https://orcid.org/0000-0002-1825-0097>'.")
+        return cls(name, m.group("id"))
+
+    def is_person(self, default: bool) -> bool:
+        """An ORCID names a person, a ROR an organisation; otherwise `default`."""
+        if self.id is not None and self.id.startswith(ORCID_PREFIX):
+            return True
+        if self.id is not None and self.id.startswith(ROR_PREFIX):
+            return False
+        return default
+
+
+DEFAULT_PUBLISHER_PARTY = Party.parse("--publisher", DEFAULT_PUBLISHER)
+
+
+@dataclass(frozen=True)
+class Publication:
+    """Under which licence a bundle is published, by whom, who wrote it and whom to contact: the
+    root's `license`, `publisher` (with `contactPoint`) and `author` (affiliated with the
+    publisher when it is an organisation). Invalid values raise JobError, one sentence for the
+    user. The crate meets RO-Crate's recommendations when the publisher has a ROR or ORCID
+    identifier, a contact is given and every author has an ORCID."""
+
+    license: str = DEFAULT_LICENSE  # an absolute http(s) URL, ideally SPDX's
+    publisher: Party = DEFAULT_PUBLISHER_PARTY
+    authors: tuple[Party, ...] = ()  # in the order given; none is stated when empty
+    contact: str | None = None  # the publisher's e-mail address
+
+    def __post_init__(self) -> None:
+        if not _URL.fullmatch(self.license):
+            raise JobError(f"--license {self.license[:80]!r} is not an absolute http(s) URL; pass the "
+                           f"licence's SPDX URL, e.g. {DEFAULT_LICENSE}.")
+        if self.contact is not None and not _EMAIL.fullmatch(self.contact):
+            raise JobError(f"--contact {self.contact[:80]!r} is not an e-mail address; pass one like "
+                           "calibration@example.org.")
+        names = {p.id: p.name for p in (self.publisher, *self.authors) if p.id is not None}
+        for party in (self.publisher, *self.authors):
+            if party.id is not None and names[party.id] != party.name:
+                raise JobError(f"{party.id} is given with two names ({names[party.id]!r} and "
+                               f"{party.name!r}); give one identifier one name.")
+
+
+def license_name(url: str) -> str:
+    """The licence's short name: the SPDX identifier of an spdx.org URL, else the URL."""
+    m = re.fullmatch(r"https?://spdx\.org/licenses/([A-Za-z0-9.+-]+?)(?:\.html|\.json)?", url)
+    return m.group(1) if m else url
 
 
 def _folder(path: str) -> str:
@@ -72,8 +157,6 @@ DESCRIPTIONS = {data_name(path): text for path, text in {
     layout.TRAJECTORY_JSON: "Every bisection step of the fit.",
     layout.METRICS_JSON: "Raw and calibrated metrics of the audit pool (evidence) and the calibration pool.",
     layout.STAGES_JSON: "What each stage consumed and produced, by sha256.",
-    layout.ENVIRONMENT_JSON: ("Machine, versions, threads, stage timings and peak memory of the run; it "
-                              "varies between runs, so its size and hash are only in the bag manifests."),
     layout.BOOTSTRAP_JSON: "Pre-registered paired bootstrap intervals of the calibrated-minus-raw change.",
     layout.STABILITY_JSON: "Pre-registered, descriptive calibration-size study.",
     layout.REPORT_MD: "The run explained for a reader, generated from these files.",
@@ -101,9 +184,11 @@ def _refs(ids: list[str]) -> dict[str, str] | list[dict[str, str]]:
 
 
 def payload_files(data_dir: Path) -> list[str]:
-    """Every regular file under data_dir except the crate itself, POSIX paths, sorted."""
-    return sorted(p.relative_to(data_dir).as_posix() for p in data_dir.rglob("*")
-                  if p.is_file() and p.relative_to(data_dir).as_posix() != CRATE)
+    """The files the crate describes: every regular file under data_dir except the crate itself
+    and the files that vary between runs (VOLATILE), POSIX paths, sorted."""
+    return sorted(rel for p in data_dir.rglob("*")
+                  if p.is_file() and (rel := p.relative_to(data_dir).as_posix()) != CRATE
+                  and rel not in VOLATILE)
 
 
 def schema_id(rel: str) -> str | None:
@@ -117,10 +202,9 @@ def _file_entity(data_dir: Path, rel: str) -> dict[str, Any]:
         "@id": rel, "@type": FILE, "name": rel,
         "encodingFormat": MEDIA_TYPES.get(Path(rel).suffix, "application/octet-stream"),
     }
-    if rel not in VOLATILE:
-        data = (data_dir / rel).read_bytes()
-        entity["contentSize"] = str(len(data))
-        entity["sha256"] = hashlib.sha256(data).hexdigest()
+    data = (data_dir / rel).read_bytes()
+    entity["contentSize"] = str(len(data))
+    entity["sha256"] = hashlib.sha256(data).hexdigest()
     if rel in DESCRIPTIONS:
         entity["description"] = DESCRIPTIONS[rel]
     if (sid := schema_id(rel)) is not None:
@@ -155,12 +239,51 @@ def _input_entities(kind: str, repo: dict[str, Any]) -> list[dict[str, Any]]:
     return [entity, *parts]
 
 
+def _party_entity(party: Party, local_id: str, *, person: bool) -> dict[str, Any]:
+    entity: dict[str, Any] = {"@id": party.id or local_id, "@type": PERSON if party.is_person(person)
+                              else ORGANIZATION, "name": party.name}
+    if party.id is not None and not party.is_person(person):
+        entity["url"] = party.id
+    return entity
+
+
+def _publication_entities(publication: Publication) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The root's licence, publisher and author properties, and the entities they name."""
+    publisher = _party_entity(publication.publisher, PUBLISHER, person=False)
+    props: dict[str, Any] = {"license": _ref(publication.license), "publisher": _ref(publisher["@id"])}
+    entities: dict[str, dict[str, Any]] = {
+        publication.license: {"@id": publication.license, "@type": CREATIVE_WORK,
+                              "name": license_name(publication.license),
+                              "description": "The licence of this bundle's files; the model and the "
+                                             "dataset keep their own licences."},
+        publisher["@id"]: publisher,
+    }
+    if publication.contact is not None:
+        contact = f"mailto:{publication.contact}"
+        publisher["contactPoint"] = _ref(contact)
+        entities[contact] = {"@id": contact, "@type": CONTACT_POINT, "name": f"Contact for {publisher['name']}",
+                             "contactType": "publisher", "email": publication.contact}
+    authors = [_party_entity(a, f"{AUTHOR_PREFIX}{n}", person=True)
+               for n, a in enumerate(publication.authors, start=1)]
+    if publisher["@type"] == ORGANIZATION:  # authors write for the organisation that publishes
+        for author in authors:
+            if author["@type"] == PERSON:
+                author["affiliation"] = _ref(publisher["@id"])
+    if authors:
+        props["author"] = _refs([a["@id"] for a in authors])
+    for author in authors:  # an author who also publishes is one entity, the publisher's
+        entities.setdefault(author["@id"], author)
+    return props, list(entities.values())
+
+
 def crate_metadata(data_dir: Path, *, signer_fingerprint: str | None, date_published: str,
-                   license_id: str | None = None) -> dict[str, Any]:
-    """The crate for the payload in data_dir, describing every file except the crate itself.
+                   publication: Publication | None = None) -> dict[str, Any]:
+    """The crate for the payload in data_dir, describing every file except the crate itself and
+    environment.json.
 
     date_published: YYYY-MM-DD (use bundle.bag.bagging_date() so that it equals Bagging-Date).
-    license_id: @id of the bundle's license (e.g. an SPDX URL); None says "not stated"."""
+    publication: licence, publisher and authors (default: Publication())."""
+    credits, credited = _publication_entities(publication or Publication())
     files = payload_files(data_dir)
     protocol_raw = (data_dir / data_name(layout.PROTOCOL_JSON)).read_bytes()
     protocol = loads_strict(protocol_raw, source=layout.PROTOCOL_JSON)
@@ -181,7 +304,7 @@ def crate_metadata(data_dir: Path, *, signer_fingerprint: str | None, date_publi
                         f"protocol {protocol_sha256} (profile {resources['profile']}). "
                         f"Question: {protocol['question']}"),
         "datePublished": date_published,
-        "license": _ref(license_id or NO_LICENSE),
+        **credits,
         "conformsTo": _ref(PROFILE),
         "hasPart": _refs(top),
         "mentions": _refs([RUN] + ([SIGNER_KEY] if signer_fingerprint else [])),
@@ -190,10 +313,7 @@ def crate_metadata(data_dir: Path, *, signer_fingerprint: str | None, date_publi
     graph += [
         {"@id": PROFILE, "@type": [CREATIVE_WORK, PROFILE_TYPE], "name": "RO-Crate", "version": PROFILE_VERSION},
     ]
-    if license_id is None:
-        graph.append({"@id": NO_LICENSE, "@type": CREATIVE_WORK, "name": "No license stated",
-                      "description": "The publisher of this bundle has not stated a license; the "
-                                     "model and the dataset keep their own licenses."})
+    graph += credited
     for d in dirs:
         graph.append({"@id": d, "@type": DATASET, "name": d.rstrip("/"),
                       "description": DIR_DESCRIPTIONS.get(d, f"The files under {d}."),
@@ -243,7 +363,7 @@ def crate_metadata(data_dir: Path, *, signer_fingerprint: str | None, date_publi
 
 
 def crate_bytes(data_dir: Path, *, signer_fingerprint: str | None, date_published: str,
-                license_id: str | None = None) -> bytes:
+                publication: Publication | None = None) -> bytes:
     """Canonical JSON bytes of crate_metadata(...), for Artifacts.write_bytes(CRATE, ...)."""
     return dumps(crate_metadata(data_dir, signer_fingerprint=signer_fingerprint,
-                                date_published=date_published, license_id=license_id))
+                                date_published=date_published, publication=publication))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ from job.errors import JobError
 from job.pipeline import RunResult, execute
 from job.protocol import Protocol
 from job.resources import Resources
+from job.rocrate import Publication
 from job.summary import summary
 
 
@@ -30,6 +31,7 @@ class RunOptions:
     signing_key: Path | None = None  # Ed25519 private key (PKCS#8 PEM)
     ephemeral_key: bool = False  # sign with a throwaway key written beside `out`
     progress: bool = True
+    publication: Publication = field(default_factory=Publication)  # licence, publisher, authors
 
     def __post_init__(self) -> None:
         if self.signing_key is None and not self.ephemeral_key:
@@ -80,7 +82,8 @@ def _run_and_seal(options: RunOptions, protocol: Protocol, resources: Resources,
     date = bagging_date()  # one date for the crate's datePublished and the bag's Bagging-Date
     with assembling(options.out) as staging:
         result = execute(protocol, resources, staging / layout.DATA_DIR, progress=options.progress,
-                         signer_fingerprint=fingerprint(key), date_published=date)
+                         signer_fingerprint=fingerprint(key), date_published=date,
+                         publication=options.publication)
         seal(staging, description=f"Temperature-scaling calibration run under protocol {protocol.sha256[:16]} "
              f"({protocol.doc['name']}), profile {resources.profile}.",
              protocol_sha256=protocol.sha256, profile=resources.profile,

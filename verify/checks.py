@@ -16,6 +16,7 @@ from verify import (
     bag,
     bootstrap,
     claims,
+    compat,
     crate,
     figures,
     fit,
@@ -80,6 +81,7 @@ AUTHENTICATION: tuple[Entry | Group, ...] = (
     ), when=_has_bag),
     Entry("signature.envelope", "DSSE envelope well formed", signature.envelope),
     Entry("signature.valid", "signature verifies over the exact statement bytes", signature.valid),
+    Entry("format.version", "bundle format is one this verifier reads", compat.format_version),
     Entry("signature.subjects", "signed subjects equal the manifest and the files",
           signature.signed_subjects),
     Entry(SIGNER_CHECK, "signer is the trusted key", signature.trusted_signer),
@@ -143,6 +145,8 @@ CONTENT: tuple[Entry | Group, ...] = (
     Entry("crate.files", "crate lists every payload file with its sha256 and size", crate.files),
     Entry("crate.run", "crate's run reads the resources and produces the payload", crate.run),
     Entry("crate.signer", "crate names the bag's signer", crate.signer),
+    Entry("crate.publication", "crate states the signed licence, publisher and authors",
+          crate.publication),
     Entry("figures.png", "figures are well-formed PNG images", figures.png),
 )
 """What the payload says, checked only once the bag is authenticated."""

@@ -11,6 +11,8 @@ from verify.context import Context
 from verify.result import Failed
 
 HEADLINE = ("accuracy", "nll", "brier", "ece", "mce")
+CHECKED_ELSEWHERE = ("format", "publication")
+"""Predicate claims with a check of their own (format.version, crate.publication)."""
 
 
 def expected_predicate(ctx: Context) -> dict[str, Any]:
@@ -68,6 +70,7 @@ def _diff(found: Any, expected: Any, where: str, out: list[str]) -> None:
 
 def check(predicate: dict[str, Any], ctx: Context) -> str:
     expected = expected_predicate(ctx)
+    expected.update({k: predicate[k] for k in CHECKED_ELSEWHERE if k in predicate})
     diffs: list[str] = []
     _diff(predicate, expected, "predicate", diffs)
     schema_diffs = [d for d in diffs if d.startswith("predicate.schemas")]

@@ -4,10 +4,11 @@ figures, checked against the bag.
 The crate must be canonical JSON with the RO-Crate 1.2 context and a flat @graph; every local
 reference must name an entity of the graph; its File entities must be exactly the payload files
 other than the crate, with the sha256 and size of the bytes in the bag (environment.json, which
-varies between runs, may omit both); the run (#run) must read protocol.json and the model and
-dataset of resources.json (#input-model, #input-dataset, one part per file with its sha256 and
-size) and produce every other file; the signer entity must hold the fingerprint of the key that
-signed the bag. Written from FORMAT.md, not from the job's code."""
+varies between runs, may be left out, or described without both); the run (#run) must read
+protocol.json and the model and dataset of resources.json (#input-model, #input-dataset, one part
+per file with its sha256 and size) and produce every other file it describes; the signer entity must hold the fingerprint of
+the key that signed the bag; the licence, publisher, contact and authors the root names must be
+those of the signed predicate. Written from FORMAT.md, not from the job's code."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from bundle.crate_terms import (
     FINGERPRINT_PROPERTY,
     INPUTS,
     MEDIA_TYPES,
+    NO_LICENSE,
     PROFILE,
     ROOT,
     RUN,
@@ -129,8 +131,8 @@ def check_files(graph: Graph, files: dict[str, bytes], sha256: dict[str, str]) -
     problems = []
     if described - payload:
         problems.append(f"it describes files the bag lacks: {sorted(described - payload)[:5]}")
-    if payload - described:
-        problems.append(f"it does not describe {sorted(payload - described)[:5]}")
+    if payload - described - MAY_OMIT_HASH:
+        problems.append(f"it does not describe {sorted(payload - described - MAY_OMIT_HASH)[:5]}")
     for rel in sorted(described & payload):
         e = graph[rel]
         data = files[f"data/{rel}"]
@@ -160,8 +162,9 @@ def check_files(graph: Graph, files: dict[str, bytes], sha256: dict[str, str]) -
     if problems:
         raise Failed("the crate does not describe the payload: " + "; ".join(problems[:3])
                      + (f" (+{len(problems) - 3} more)" if len(problems) > 3 else "") + ".")
-    return (f"{len(described)} File entities = the payload without the crate; sha256 and size of "
-            f"{len(described - MAY_OMIT_HASH)} match the bag")
+    return (f"{len(described)} File entities = the payload without the crate"
+            f"{' and ' + ', '.join(sorted(payload - described)) if payload - described else ''}; "
+            f"sha256 and size of {len(described - MAY_OMIT_HASH)} match the bag")
 
 
 def _parts(graph: Graph, entity: dict[str, Any]) -> list[tuple[Any, Any, Any]]:
@@ -183,6 +186,7 @@ def check_run(graph: Graph, files: list[str], resources: dict[str, Any],
         problems.append(f"#run reads {objects}, expected {[PROTOCOL, *INPUTS.values()]}")
     results = set(_refs(run.get("result")))
     want = {p.removeprefix("data/") for p in files} - {PROTOCOL, DESCRIPTOR}
+    want -= {p for p in MAY_OMIT_HASH if p not in graph}  # left out of the crate: no result
     if results != want:
         problems.append(f"#run produced {sorted(results ^ want)[:4]} differ from the payload")
     for kind, ident in INPUTS.items():
@@ -235,6 +239,47 @@ def check_signer(graph: Graph, signer_fingerprint: str, bagging_date: str) -> st
     return f"signer {signer_fingerprint[:16]}… as in the bag; datePublished {published}"
 
 
+def _party(graph: Graph, ident: str) -> dict[str, Any]:
+    entity = graph.get(ident, {})
+    if not {"Person", "Organization"} & set(_types(entity)) or not isinstance(entity.get("name"), str):
+        raise Failed(f"the crate's {ident!r} is not a Person or Organization with a name.")
+    return {"name": entity["name"], "id": None if ident.startswith("#") else ident}
+
+
+def stated_publication(graph: Graph) -> dict[str, Any]:
+    """The licence, publisher, authors and the publisher's contact e-mail the root states, in
+    the predicate's shape (FORMAT.md "Predicate"): null or empty where it states none."""
+    root = graph[ROOT]
+    licenses = [i for i in _refs(root.get("license")) if i != NO_LICENSE]
+    publishers = _refs(root.get("publisher"))
+    if len(licenses) > 1 or len(publishers) > 1:
+        raise Failed("the crate's root names more than one license or publisher.")
+    contact = None
+    if publishers:
+        points = _refs(graph.get(publishers[0], {}).get("contactPoint"))
+        emails = [graph.get(i, {}).get("email") for i in points if "ContactPoint" in _types(graph.get(i, {}))]
+        if len(emails) != len(points) or len(emails) > 1:
+            raise Failed("the publisher's contactPoint is not one ContactPoint entity with an email.")
+        contact = emails[0] if emails else None
+    return {"license": licenses[0] if licenses else None,
+            "publisher": _party(graph, publishers[0]) if publishers else None,
+            "authors": [_party(graph, i) for i in _refs(root.get("author"))],
+            "contact": contact}
+
+
+def check_publication(graph: Graph, signed: Any) -> str:
+    """The root's licence, publisher, contact and authors equal the signed predicate's."""
+    stated = stated_publication(graph)
+    if stated != signed:
+        diffs = [k for k in stated if not isinstance(signed, dict) or signed.get(k) != stated[k]]
+        raise Failed(f"the crate states {diffs or 'a publication'} other than the signed predicate: "
+                     f"crate {str({k: stated[k] for k in diffs})[:120]}, signed "
+                     f"{str({k: signed.get(k) for k in diffs} if isinstance(signed, dict) else signed)[:120]}.")
+    who = stated["publisher"]["name"] if stated["publisher"] else "no publisher"
+    return (f"license {stated['license'] or 'not stated'}, {who}, {len(stated['authors'])} author(s) "
+            "as signed")
+
+
 # -- figures ---------------------------------------------------------------------------------
 
 # -- the checks (verify/checks.py lists them in order) ---------------------------------------
@@ -268,3 +313,9 @@ def signer(ctx: Context) -> str:
     info = ctx.need(ctx.info, "bag-info.txt")
     return check_signer(graph, ctx.need(ctx.signer_fingerprint, "the signer"),
                         info[layout.INFO_BAGGING_DATE])
+
+
+def publication(ctx: Context) -> str:
+    """The crate's licence, publisher and authors are those of the signed predicate."""
+    graph = ctx.need(ctx.crate_graph, "the crate")
+    return check_publication(graph, ctx.doc("predicate").get("publication"))

@@ -1,0 +1,49 @@
+"""Which bundle formats this verifier reads (bundle/FORMAT.md "Versions").
+
+The signed predicate records the bundle's format version and the oldest verifier release that
+reads it. A bundle of a format this release does not know is refused with one sentence that says
+to upgrade, instead of a cascade of failed checks on fields this release has never heard of."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from verify import __version__
+from verify.context import Context
+from verify.result import Failed
+
+READS_FORMATS: Final = frozenset({1})
+"""The bundle format versions this release checks completely."""
+DISTRIBUTION: Final = "calibration-verify"
+
+
+def _release(text: str) -> tuple[int, ...]:
+    """A dotted release number as a tuple of ints ("1.10.0" > "1.9.2")."""
+    return tuple(int(part) for part in text.split("."))
+
+
+def check_format(predicate: dict[str, Any], verifier_version: str = __version__) -> str:
+    """The bundle's format is one this release reads, and this release is not older than the
+    oldest verifier the bundle names."""
+    fmt = predicate.get("format")
+    if not isinstance(fmt, dict) or not isinstance(fmt.get("version"), int) \
+            or not isinstance(fmt.get("oldest_verifier"), str):
+        raise Failed("the signed predicate states no format version (format.version and "
+                     "format.oldest_verifier); this is not a calibration bundle this verifier reads.")
+    version, oldest = fmt["version"], fmt["oldest_verifier"]
+    try:
+        too_old = _release(verifier_version) < _release(oldest)
+    except ValueError as exc:
+        raise Failed(f"format.oldest_verifier {oldest[:40]!r} is not a release number.") from exc
+    if version not in READS_FORMATS or too_old:
+        known = ", ".join(str(v) for v in sorted(READS_FORMATS))
+        raise Failed(f"this bundle is format {version}, which {DISTRIBUTION} {verifier_version} does "
+                     f"not read (it reads format {known}); upgrade the verifier to {oldest} or later "
+                     f"(pip install --upgrade {DISTRIBUTION}) and verify again.")
+    return f"format {version}, read by {DISTRIBUTION} {oldest} and later (this is {verifier_version})"
+
+
+def format_version(ctx: Context) -> str:
+    """The bundle's format version is one this verifier reads."""
+    statement = ctx.need(ctx.statement, "the signed statement")
+    return check_format(statement["predicate"])
