@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 from verify import (
     bag,
     bootstrap,
@@ -24,12 +26,13 @@ from verify import (
     predictions,
     records,
     reportcheck,
+    reproduction,
     schemacheck,
     signature,
     stability,
 )
-from verify.context import Context, Trust
-from verify.result import SIGNER_CHECK, Check, Failed, Skipped
+from verify.context import Attestation, Context, Trust
+from verify.result import SIGNER_CHECK, Check, Failed, Skipped, exit_code
 from verify.tree import BagTree
 
 __all__ = ["TABLE", "Entry", "Group", "Trust", "Verification", "check_ids", "verify_tree"]
@@ -136,6 +139,13 @@ TABLE: tuple[Entry | Group, ...] = (
     Entry("crate.run", "crate's run reads the resources and produces the payload", crate.run),
     Entry("crate.signer", "crate names the bag's signer", crate.signer),
     Entry("figures.png", "figures are well-formed PNG images", figures.png),
+    Group((
+        Entry("reproduction.{n}.signed", "attestation {n} signed by a trusted reproducer",
+              reproduction.signed),
+        Entry("reproduction.{n}.subjects", "attestation {n} is about this bundle", reproduction.subjects),
+        Entry("reproduction.{n}.reproduced", "attestation {n} reproduced every compared row",
+              reproduction.reproduced),
+    ), when=reproduction.wanted, each=reproduction.each_attestation),
 )
 """Every check the verifier runs, in report order."""
 
@@ -200,17 +210,23 @@ class Verification:
     checks: list[Check]
     signer_fingerprint: str | None
     """The key that signed the bundle, when the signature verifies (trusted or not)."""
+    assurance: str = ""
+    """What the checks establish, in words (verify.reproduction.assurance)."""
 
 
 def verify_tree(tree: BagTree | None, trust: Trust, *,
                 expected_protocol_sha256: str | None = None,
-                prelude: list[Check] | None = None, fail_fast: bool = False) -> Verification:
+                prelude: list[Check] | None = None, fail_fast: bool = False,
+                attestations: tuple[Attestation, ...] = (),
+                reproducers: tuple[Ed25519PublicKey, ...] = ()) -> Verification:
     """Run every check on a bag read into memory; return the report lines in order.
 
     fail_fast stops at the first failed check (the verdict is the same: rejected); the fuzz
     tests use it to try many tampered bags quickly."""
-    ctx = Context(tree=tree, trust=trust, expected_protocol_sha256=expected_protocol_sha256)
+    ctx = Context(tree=tree, trust=trust, expected_protocol_sha256=expected_protocol_sha256,
+                  attestations=attestations, reproducers=reproducers)
     runner = Runner(fail_fast)
     runner.checks.extend(prelude or [])
     runner.run_table(ctx, TABLE)
-    return Verification(runner.checks, ctx.signer_fingerprint)
+    return Verification(runner.checks, ctx.signer_fingerprint,
+                        reproduction.assurance(ctx, exit_code(runner.checks)))

@@ -36,6 +36,14 @@ class Trust:
     source: str = ""
 
 
+@dataclass(frozen=True)
+class Attestation:
+    """A reproduction attestation given with --reproduction: where it came from and its exact bytes."""
+
+    source: str
+    data: bytes
+
+
 @dataclass
 class Context:
     """What the checks found so far; a later check reads what an earlier one established."""
@@ -51,6 +59,11 @@ class Context:
     docs: dict[str, Any] = field(default_factory=dict)
     tables: dict[str, PoolData] = field(default_factory=dict)
     crate_graph: dict[str, Any] | None = None
+    attestations: tuple[Attestation, ...] = ()
+    reproducers: tuple[Ed25519PublicKey, ...] = ()
+    """The keys whose reproduction attestations count (--trusted-reproducer)."""
+    reproductions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Attestation number -> what its checks established so far (signer, statement, verdict)."""
 
     def need(self, value: T | None, what: str) -> T:
         """`value`, or Skipped when the earlier check that sets it did not pass."""

@@ -50,6 +50,7 @@ def to_json(outcome: Outcome) -> dict[str, Any]:
         "message": message,
         "exit_code": outcome.exit_code,
         "counts": counts,
+        "assurance": outcome.assurance,
         "seconds": round(outcome.seconds, 6),
         "checks": [{"id": c.id, "title": c.title, "status": c.status, "detail": c.detail}
                    for c in outcome.checks],
@@ -69,5 +70,5 @@ def table(outcome: Outcome) -> str:
     counts = {s: sum(c.status == s for c in outcome.checks) for s in ("pass", "fail", "skip")}
     summary = (f"{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped in "
                f"{outcome.seconds:.3f} s")
-    lines += ["", summary, VERDICTS[outcome.exit_code][1]]
+    lines += ["", summary, VERDICTS[outcome.exit_code][1], f"Assurance: {outcome.assurance}"]
     return "\n".join(lines) + "\n"
