@@ -13,11 +13,12 @@ def ulps_apart(a: NDArray[np.float32], b: NDArray[np.float32]) -> NDArray[np.int
 
     A float32's bit pattern, read as a sign-magnitude integer, orders the floats; mapped to a
     two's-complement line, the distance between two floats is the difference of their integers."""
-    def line(x: NDArray[np.float32]) -> NDArray[np.int64]:
+    def on_line(x: NDArray[np.float32]) -> NDArray[np.int64]:
         bits = np.ascontiguousarray(x, dtype=np.float32).view(np.int32).astype(np.int64)
-        return np.where(bits < 0, -(bits & 0x7FFFFFFF), bits)
+        line: NDArray[np.int64] = np.where(bits < 0, -(bits & 0x7FFFFFFF), bits)
+        return line
 
-    return np.abs(line(a) - line(b))
+    return np.abs(on_line(a) - on_line(b))
 
 
 @dataclass(frozen=True)

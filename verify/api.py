@@ -7,10 +7,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from verify import extract
-from verify.checks import verify_tree
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from verify import extract
+from verify.checks import verify_tree
 from verify.context import Attestation, Trust
 from verify.result import Check, Failed, exit_code
 from verify.tree import read_tree
