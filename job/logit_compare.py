@@ -18,7 +18,8 @@ def ulps_apart(a: NDArray[np.float32], b: NDArray[np.float32]) -> NDArray[np.int
         line: NDArray[np.int64] = np.where(bits < 0, -(bits & 0x7FFFFFFF), bits)
         return line
 
-    return np.abs(on_line(a) - on_line(b))
+    apart: NDArray[np.int64] = np.abs(on_line(a) - on_line(b))
+    return apart
 
 
 @dataclass(frozen=True)
