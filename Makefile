@@ -58,8 +58,11 @@ OUTDIR ?= out
 KEYDIR ?= keys
 NAME ?= formal
 RESOURCES ?=
+ATTESTATION ?= reproduction.intoto.json
+SAMPLE ?=
+SEED ?=
 
-.PHONY: lock lock-check wheelhouse base-image image run docker-smoke docker-test
+.PHONY: lock lock-check wheelhouse base-image image run reproduce docker-smoke docker-test
 
 lock: ## re-lock requirements*.lock with hashes (keeps locked versions; ARGS=--upgrade to move)
 	$(HOSTPY) scripts/lock.py $(ARGS)
@@ -99,6 +102,14 @@ run: ## job in the container: make run [NAME=formal] [OUTDIR=out] [KEYDIR=keys] 
 	  $(if $(RESOURCES),FIXTURES=$(FIXTURES)) bash scripts/docker-run.sh \
 	  run --out /out/$(NAME) --signing-key /keys/signing-key.pem --no-progress \
 	  $(if $(RESOURCES),--resources /app/$(RESOURCES))
+
+reproduce: ## re-run a bundle's inference in the container, sign what it found: make reproduce BUNDLE=DIR|TAR.GZ KEYDIR=keys [CACHE=$$HF_HOME] [OUTDIR=out] [ATTESTATION=name.json] [RESOURCES=job/resources/standin.json] [SAMPLE=N SEED=S]
+	@test -n "$(BUNDLE)" || { echo "reproduce: pass BUNDLE=DIR|TAR.GZ, the bundle to re-run" >&2; exit 2; }
+	IMAGE=$(IMAGE) OUTDIR=$(OUTDIR) CACHE=$(CACHE) KEYDIR=$(KEYDIR) BUNDLE=$(BUNDLE) \
+	  $(if $(RESOURCES),FIXTURES=$(FIXTURES)) bash scripts/docker-run.sh \
+	  reproduce /bundle/$(notdir $(patsubst %/,%,$(BUNDLE))) --out /out/$(ATTESTATION) \
+	  --signing-key /keys/signing-key.pem --no-progress \
+	  $(if $(RESOURCES),--resources /app/$(RESOURCES)) $(if $(SAMPLE),--sample $(SAMPLE) --seed $(SEED))
 
 docker-smoke: ## 8-row smoke test in the container on the stand-in resources (no network)
 	IMAGE=$(IMAGE) FIXTURES=$(FIXTURES) bash scripts/docker-run.sh smoke --resources /app/job/resources/standin.json

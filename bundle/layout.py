@@ -141,3 +141,12 @@ SCHEMA_ID_PREFIX: Final = "https://calibration-runs.example/schemas/"
 def schema_id_for(name: str) -> str:
     """The `$id` of schema `name`: https://calibration-runs.example/schemas/<name>/v1."""
     return f"{SCHEMA_ID_PREFIX}{name}/v1"
+
+# Reproduction attestations (FORMAT.md "Reproduction attestation"): separate files next to the bag.
+REPRODUCTION_PREDICATE_TYPE: Final = "https://calibration-runs.example/predicate/reproduction/v1"
+SIGNED_STATEMENT_SUBJECT: Final = f"{PROVENANCE}#payload"
+"""The attestation's subject naming the bundle's signed statement: sha256 of the envelope's decoded payload."""
+REPRODUCTION_GENERATOR: Final = "numpy.random.PCG64.random_raw"
+"""How a sampled reproduction draws its rows (FORMAT.md): one raw 64-bit draw per candidate row."""
+REPRODUCTION_POOLS: Final = ("calibration", "audit")
+"""The pools a reproduction re-runs, in the order its sample is drawn from."""

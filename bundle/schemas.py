@@ -36,6 +36,7 @@ SCHEMA_NAMES = (
     "predicate",
     "statement",
     "envelope",
+    "reproduction",
 )
 """Every schema the format defines."""
 

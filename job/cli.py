@@ -1,4 +1,4 @@
-"""Command line: `python -m job prepare | smoke | run`."""
+"""Command line: `python -m job prepare | smoke | run | reproduce`."""
 
 from __future__ import annotations
 
@@ -52,6 +52,16 @@ def _parser() -> argparse.ArgumentParser:
                      help="a person who wrote the bundle, <ORCID URL> optional; repeat for several "
                           "(default: none stated)")
     run.add_argument("--contact", metavar="EMAIL", help="the publisher's e-mail address (default: none)")
+    rep = sub.add_parser("reproduce", help="re-run a bundle's inference and sign whether its logits reproduce")
+    rep.add_argument("bundle", type=Path, help="the bag folder or its .tar.gz (only read)")
+    rep.add_argument("--out", type=Path, required=True, help="attestation file to write (must not exist)")
+    rep.add_argument("--signing-key", type=Path, required=True,
+                     help="the reproducer's Ed25519 private key (PKCS#8 PEM); passphrase from CALIBRATION_KEY_PASSPHRASE")
+    rep.add_argument("--resources", type=Path, help="local resource lock (JSON) instead of the hub cache")
+    rep.add_argument("--cache", type=Path, default=None, help="resource cache (default: $HF_HOME/calibration-runs)")
+    rep.add_argument("--sample", type=int, metavar="N", help="spot check: compare N rows drawn with --seed")
+    rep.add_argument("--seed", type=int, metavar="S", help="seed of the spot check's draw (PCG64)")
+    rep.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
 
@@ -72,9 +82,20 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
                           contact=args.contact))
 
 
+def _reproduce(args: argparse.Namespace) -> int:
+    """`reproduce`: the protocol comes from the bundle, the resources from the lock or the cache."""
+    from job.reproduce import ReproduceOptions, reproduce
+
+    options = ReproduceOptions(bundle=args.bundle, out=args.out, signing_key=args.signing_key,
+                               sample=args.sample, seed=args.seed, progress=not args.no_progress)
+    return reproduce(options, lambda protocol: _resources(args, protocol))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.command == "reproduce":
+            return _reproduce(args)
         protocol = load_protocol(args.protocol)
         if args.command == "prepare":
             res = _resources(args, protocol, pins_out=args.pins_out)
@@ -97,9 +118,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except OSError as exc:  # a disk or permission failure while writing: no bundle was published
         where = f" at {exc.filename}" if exc.filename else ""
+        what = "attestation" if args.command == "reproduce" else "bundle"
         print(f"error: {exc.strerror or exc}{where}; check free space and permissions there and run again "
-              "(no bundle was written).", file=sys.stderr)
+              f"(no {what} was written).", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted: no bundle was written", file=sys.stderr)
+        print(f"interrupted: no {'attestation' if args.command == 'reproduce' else 'bundle'} was written",
+              file=sys.stderr)
         return 130

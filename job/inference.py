@@ -29,6 +29,20 @@ def run_pool(forward: Forward, pad_id: int, enc: Encoded, keys: Sequence[str], s
 
     Each batch is right-padded to its longest row with an attention mask, as the protocol says;
     batches are assembled with array operations (no per-row tensors) and passed to `forward`."""
+    plan = batch_plan(enc.lengths, keys, s.batch_size)
+    logits = run_batches(forward, pad_id, enc, plan, progress)
+    batch_of = np.zeros(len(enc.ids), dtype=np.int64)
+    for b, rows in enumerate(plan):
+        batch_of[rows] = b
+    return PoolOutput(logits=logits, token_count=enc.lengths, truncated=enc.truncated, batch=batch_of)
+
+
+def run_batches(forward: Forward, pad_id: int, enc: Encoded, plan: Sequence[Sequence[int]],
+                progress: str | None = None) -> NDArray[np.float32]:
+    """Logits [len(enc.ids), K] of the rows of `plan`, one forward per batch, rows in the order given.
+
+    The one inference loop: a run uses it on its own batch plan, a reproduction on the plan the
+    bundle records. Rows that are in no batch keep NaN logits."""
     import torch
     from tqdm import tqdm
 
@@ -37,21 +51,21 @@ def run_pool(forward: Forward, pad_id: int, enc: Encoded, keys: Sequence[str], s
     offsets = np.zeros(n, dtype=np.int64)
     np.cumsum(lengths[:-1], out=offsets[1:])
     flat = np.fromiter(itertools.chain.from_iterable(enc.ids), dtype=np.int64, count=int(lengths.sum()))
-    plan = batch_plan(lengths, keys, s.batch_size)
     logits: NDArray[np.float32] | None = None
-    batch_of = np.zeros(n, dtype=np.int64)
-    bar = tqdm(total=n, desc=progress, unit="row", disable=progress is None, leave=False)
+    bar = tqdm(total=sum(len(rows) for rows in plan), desc=progress, unit="row", disable=progress is None,
+               leave=False)
     with torch.inference_mode():
-        for b, rows in enumerate(plan):
+        for batch in plan:
+            rows = list(batch)
             ids, mask = padded_batch(flat, offsets, lengths, rows, pad_id)
             out = forward(ids, mask)
             if logits is None:
-                logits = np.zeros((n, out.shape[1]), dtype=np.float32)
+                logits = np.full((n, out.shape[1]), np.nan, dtype=np.float32)
             logits[rows] = out.numpy()
-            batch_of[rows] = b
             bar.update(len(rows))
             del out
     bar.close()
     release_free_heap()
-    assert logits is not None
-    return PoolOutput(logits=logits, token_count=lengths, truncated=enc.truncated, batch=batch_of)
+    if logits is None:
+        raise ValueError("run_batches needs at least one batch")
+    return logits

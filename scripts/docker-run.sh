@@ -12,6 +12,7 @@
 #   KEYDIR    host dir holding signing-key.pem, mounted read-only at /keys
 #   FIXTURES  host dir mounted read-only at /shared/fixtures, where job/resources/standin.json's
 #             "../../../shared/fixtures/..." paths point from /app/job/resources
+#   BUNDLE    host bag folder or .tar.gz, mounted read-only at /bundle/<its name> (for `reproduce`)
 #   NETWORK   docker network mode (default none)
 #   OUT_RO=1  mount OUTDIR read-only (to check how the job reports an unwritable output volume)
 #
@@ -64,6 +65,10 @@ if [[ -n "${KEYDIR:-}" ]]; then
 fi
 if [[ -n "${FIXTURES:-}" ]]; then
   args+=(-v "$(realpath "$FIXTURES"):/shared/fixtures:ro")
+fi
+if [[ -n "${BUNDLE:-}" ]]; then
+  [[ -e "$BUNDLE" ]] || { echo "docker-run.sh: bundle $BUNDLE not found; pass BUNDLE=DIR|TAR.GZ." >&2; exit 2; }
+  args+=(-v "$(realpath "$BUNDLE"):/bundle/$(basename "$(realpath "$BUNDLE")"):ro")
 fi
 
 status=0

@@ -11,7 +11,10 @@
 #     with `python -m verify --trusted-key`; the same job once on the host.
 #  4. data/predictions/*.parquet, data/temperature.json, data/trajectory.json and
 #     data/metrics.json must be byte-identical across the three bundles.
-#  5. Bad inputs in the container: no key volume, formal profile with an empty /cache and no
+#  5. Re-execution: a fresh reproducer key; `python -m job reproduce` of container bundle 1 in
+#     the container (--network none, the bundle mounted read-only), full; the attestation must say
+#     reproduced, and the verifier on the host must count it (assurance: reproduced by 1 party).
+#  6. Bad inputs in the container: no key volume, formal profile with an empty /cache and no
 #     network, read-only output volume: each must exit non-zero with one `error: ...` sentence
 #     on stderr and leave nothing in the output volume.
 #
@@ -174,7 +177,25 @@ for f in "${files[@]}"; do
 done
 done_step
 
-# ---- 5. bad inputs -------------------------------------------------------------------------
+# ---- 5. re-execution -----------------------------------------------------------------------
+step "reproduce container bundle 1 in the container (--network none, bundle read-only)"
+"$PY" -m bundle keygen --out "$WORK/reproducer" || die "keygen (reproducer) failed"
+IMAGE=$IMAGE OUTDIR="$WORK/r" KEYDIR="$WORK/reproducer" FIXTURES="$FIXTURES" BUNDLE="$WORK/c1/bundle" \
+  bash scripts/docker-run.sh reproduce /bundle/bundle --out /out/reproduction.intoto.json \
+    --signing-key /keys/signing-key.pem --resources "/app/$LOCK" --no-progress ||
+  fail "container reproduction exited $?"
+done_step
+step "verify container bundle 1 with its reproduction attestation on the host"
+"$PY" -m verify "$WORK/c1/bundle" --trusted-key "$WORK/keys/signing-key.pub.pem" --protocol provenance.json \
+    --reproduction "$WORK/r/reproduction.intoto.json" \
+    --trusted-reproducer "$WORK/reproducer/signing-key.pub.pem" >"$WORK/r.verify.txt" ||
+  fail "verify with the reproduction attestation exited $?"
+tail -n 5 "$WORK/r.verify.txt"
+grep -q "logits reproduced bit for bit by 1 trusted party (full: 616 rows)" "$WORK/r.verify.txt" ||
+  fail "the verifier does not report the full reproduction"
+done_step
+
+# ---- 6. bad inputs -------------------------------------------------------------------------
 # Each case: exit non-zero, one `error: <sentence>` line last on stderr, no traceback, no bundle.
 bad_case() {  # name, then env assignments for docker-run.sh, then -- and the job arguments
   local name=$1; shift

@@ -64,6 +64,27 @@ def _predicate(tmp: Path) -> dict[str, Any]:
     return predicate
 
 
+def _reproduction() -> dict[str, Any]:
+    """A sampled reproduction statement, through the attestation writer's own checks."""
+    from bundle.attestation import build_reproduction_statement
+
+    predicate = {
+        "verdict": "reproduced", "mode": "sample", "protocol_sha256": HEX,
+        "resources": {"model": [{"path": "model.safetensors", "sha256": HEX}],
+                      "dataset": [{"path": "data/validation-00000-of-00001.parquet", "sha256": HEX}]},
+        "rows": {"compared": 3, "identical": 3, "pools": {"calibration": {"count": 1, "idx": [17]},
+                                                          "audit": {"count": 2, "idx": [4, 811]}}},
+        "largest_difference": {"ulps": 0, "abs": 0.0}, "first_differences": [],
+        "sample": {"n": 3, "seed": 7, "generator": "numpy.random.PCG64.random_raw",
+                   "batches": {"calibration": [3], "audit": [0, 12]}},
+        "environment": {"python": "3.11.7", "torch": "2.13.0+cpu", "transformers": "5.24.0", "numpy": "2.4.6",
+                        "cpu_model": "x86_64", "threads": 4, "image": None, "git_commit": None},
+        "reproducer_fingerprint": HEX,
+    }
+    return build_reproduction_statement(HEX, {layout.PREDICTIONS[p]: HEX for p in ("calibration", "audit")},
+                                        predicate)
+
+
 @pytest.fixture(scope="module")
 def good(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     docs = example_documents(PROTOCOL_BYTES)
@@ -77,6 +98,7 @@ def good(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "predicate": predicate,
         "statement": statement,
         "envelope": envelope,
+        "reproduction": _reproduction(),
     }
 
 
@@ -148,6 +170,7 @@ def test_extra_top_level_property_rejected(name: str, good: dict[str, Any]) -> N
         ("predicate", ["audit", "raw"]),
         ("statement", ["subject", 0, "digest"]),
         ("envelope", ["signatures", 0]),
+        ("reproduction", ["predicate", "rows", "pools", "audit"]),
     ],
 )
 def test_extra_nested_property_rejected(name: str, path: list[Any], good: dict[str, Any]) -> None:
@@ -218,7 +241,8 @@ DEAD_PROXY = "http://127.0.0.1:9"  # the discard port: any download through it f
 
 def _bundle_documents(bundle: Path, lock: Path, out: Path) -> dict[str, Path]:
     """Schema name -> a document of that kind from a real bundle (the statement decoded from the
-    envelope), and the resource lock the bundle was run with."""
+    envelope), the resource lock the bundle was run with, and the statement of a real (sampled)
+    reproduction of the bundle."""
     docs = {name: bundle / path for path, name in layout.PAYLOAD_SCHEMAS.items()}
     envelope = bundle / layout.PROVENANCE
     docs["envelope"] = envelope
@@ -229,6 +253,15 @@ def _bundle_documents(bundle: Path, lock: Path, out: Path) -> dict[str, Path]:
     docs["predicate"] = out / "predicate.json"
     docs["predicate"].write_text(json.dumps(statement["predicate"]))
     docs["resource-lock"] = lock
+    from bundle.keys import generate
+    from job.cli import main
+
+    generate(out / "reproducer")
+    attestation = out / "reproduction.intoto.json"
+    assert main(["reproduce", str(bundle), "--out", str(attestation), "--resources", str(lock), "--no-progress",
+                 "--signing-key", str(out / "reproducer" / "signing-key.pem"), "--sample", "4", "--seed", "1"]) == 0
+    docs["reproduction"] = out / "reproduction.json"
+    docs["reproduction"].write_bytes(base64.b64decode(json.loads(attestation.read_bytes())["payload"]))
     return docs
 
 

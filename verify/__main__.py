@@ -1,5 +1,5 @@
 """`python -m verify BUNDLE [--trusted-key PUB.pem ... [--threshold N] | --trusted-fingerprint HEX]
-[--json REPORT]`.
+[--json REPORT] [--reproduction ATT.json --trusted-reproducer PUB.pem]...`.
 
 Exit codes: 0 verified with a trusted signer; 1 a check failed; 2 usage or unreadable input;
 3 every check passed but no trusted key was given (integrity holds, signer not established)."""
@@ -11,7 +11,7 @@ import hashlib
 import sys
 from pathlib import Path
 
-from verify import report, signature
+from verify import report, reproduction, signature
 from verify.api import verify_path
 from verify.context import Trust
 from verify.result import EXIT_UNREADABLE, InputError
@@ -45,6 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "pre-registered protocol")
     p.add_argument("--json", metavar="REPORT.json", type=Path,
                    help="also write the report as JSON (verify/report.schema.json)")
+    p.add_argument("--reproduction", metavar="ATT.json", action="append", default=[],
+                   help="a reproduction attestation (python -m job reproduce) to check; repeatable")
+    p.add_argument("--trusted-reproducer", metavar="PUB.pem", action="append", default=[],
+                   help="an Ed25519 public key whose reproduction attestations count; repeatable")
     return p
 
 
@@ -76,7 +80,10 @@ def main(argv: list[str] | None = None) -> int:
             except OSError as exc:
                 raise InputError(f"the protocol {args.protocol} cannot be read "
                                  f"({exc.strerror}).") from exc
-        outcome = verify_path(args.bundle, trust, expected_protocol_sha256=expected)
+        attestations = tuple(reproduction.load_attestation(a) for a in args.reproduction)
+        reproducers = tuple(signature.load_trusted_key(k) for k in args.trusted_reproducer)
+        outcome = verify_path(args.bundle, trust, expected_protocol_sha256=expected,
+                              attestations=attestations, reproducers=reproducers)
     except InputError as exc:
         print(f"verify: {exc}", file=sys.stderr)
         return EXIT_UNREADABLE

@@ -7,9 +7,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 from verify import extract
 from verify.checks import verify_tree
-from verify.context import Trust
+from verify.context import Attestation, Trust
 from verify.result import Check, Failed, exit_code
 from verify.tree import read_tree
 
@@ -25,11 +27,15 @@ class Outcome:
     signer_fingerprint: str | None
     notes: list[str]
     """What the bag holds outside the signed statement; never part of the verdict."""
+    assurance: str = ""
 
 
 def verify_path(path: Path, trust: Trust | None = None, *,
-                expected_protocol_sha256: str | None = None) -> Outcome:
-    """Run every check on the bundle at `path`. Raises InputError when it cannot be read at all."""
+                expected_protocol_sha256: str | None = None,
+                attestations: tuple[Attestation, ...] = (),
+                reproducers: tuple[Ed25519PublicKey, ...] = ()) -> Outcome:
+    """Run every check on the bundle at `path`, and on each reproduction attestation given (counted
+    only when signed by one of `reproducers`). Raises InputError when it cannot be read at all."""
     trust = trust or Trust()
     start = time.perf_counter()
     path = Path(path)
@@ -45,7 +51,7 @@ def verify_path(path: Path, trust: Trust | None = None, *,
             except Failed as exc:
                 prelude.append(Check("archive.safe", "archive extracts safely", "fail", str(exc)))
             result = verify_tree(tree, trust, expected_protocol_sha256=expected_protocol_sha256,
-                                 prelude=prelude)
+                                 prelude=prelude, attestations=attestations, reproducers=reproducers)
         kind = "archive"
     else:
         prelude = []
@@ -56,7 +62,8 @@ def verify_path(path: Path, trust: Trust | None = None, *,
             prelude.append(Check("bag.layout", "only tag files and data/, no links", "fail",
                                  str(exc)))
         result = verify_tree(tree, trust, expected_protocol_sha256=expected_protocol_sha256,
-                             prelude=prelude)
+                             prelude=prelude, attestations=attestations, reproducers=reproducers)
         kind = "folder"
     return Outcome(str(path), kind, trust, result.checks, exit_code(result.checks),
-                   time.perf_counter() - start, result.signer_fingerprint, result.notes)
+                   time.perf_counter() - start, result.signer_fingerprint, result.notes,
+                   result.assurance)

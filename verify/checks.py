@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 from verify import (
     bag,
     bootstrap,
@@ -25,12 +27,13 @@ from verify import (
     predictions,
     records,
     reportcheck,
+    reproduction,
     schemacheck,
     signature,
     stability,
 )
-from verify.context import Context, Trust
-from verify.result import SIGNER_CHECK, Check, Failed, Skipped
+from verify.context import Attestation, Context, Trust
+from verify.result import SIGNER_CHECK, Check, Failed, Skipped, exit_code
 from verify.tree import BagTree
 
 __all__ = ["AUTHENTICATION", "CONTENT", "TABLE", "Entry", "Group", "Trust", "Verification", "check_ids", "verify_tree"]
@@ -148,6 +151,13 @@ CONTENT: tuple[Entry | Group, ...] = (
     Entry("crate.publication", "crate states the signed licence, publisher and authors",
           crate.publication),
     Entry("figures.png", "figures are well-formed PNG images", figures.png),
+    Group((
+        Entry("reproduction.{n}.signed", "attestation {n} signed by a trusted reproducer",
+              reproduction.signed),
+        Entry("reproduction.{n}.subjects", "attestation {n} is about this bundle", reproduction.subjects),
+        Entry("reproduction.{n}.reproduced", "attestation {n} reproduced every compared row",
+              reproduction.reproduced),
+    ), when=reproduction.wanted, each=reproduction.each_attestation),
 )
 """What the payload says, checked only once the bag is authenticated."""
 
@@ -239,11 +249,15 @@ class Verification:
     """The key that signed the bundle, when the signature verifies (trusted or not)."""
     notes: list[str]
     """What the bag holds that nothing signed: reported, never trusted, never a failure."""
+    assurance: str = ""
+    """What the checks establish, in words (verify.reproduction.assurance)."""
 
 
 def verify_tree(tree: BagTree | None, trust: Trust, *,
                 expected_protocol_sha256: str | None = None,
-                prelude: list[Check] | None = None, fail_fast: bool = False) -> Verification:
+                prelude: list[Check] | None = None, fail_fast: bool = False,
+                attestations: tuple[Attestation, ...] = (),
+                reproducers: tuple[Ed25519PublicKey, ...] = ()) -> Verification:
     """Run every check on a bag read into memory; return the report lines in order.
 
     Authenticate before parsing: the AUTHENTICATION checks run first, and once one of them (or
@@ -252,7 +266,8 @@ def verify_tree(tree: BagTree | None, trust: Trust, *,
 
     fail_fast stops at the first failed check (the verdict is the same: rejected); the fuzz
     tests use it to try many tampered bags quickly."""
-    ctx = Context(tree=tree, trust=trust, expected_protocol_sha256=expected_protocol_sha256)
+    ctx = Context(tree=tree, trust=trust, expected_protocol_sha256=expected_protocol_sha256,
+                  attestations=attestations, reproducers=reproducers)
     runner = Runner(fail_fast)
     runner.checks.extend(prelude or [])
     runner.run_table(ctx, AUTHENTICATION, gate=True)
@@ -262,4 +277,5 @@ def verify_tree(tree: BagTree | None, trust: Trust, *,
         runner.run_table(ctx, CONTENT)
     else:
         runner.run_table(ctx, CONTENT, gate=True, unread=unread)
-    return Verification(runner.checks, ctx.signer_fingerprint, ctx.notes)
+    return Verification(runner.checks, ctx.signer_fingerprint, ctx.notes,
+                        reproduction.assurance(ctx, exit_code(runner.checks)))

@@ -44,6 +44,14 @@ class Trust:
         return first + list(self.more_keys)
 
 
+@dataclass(frozen=True)
+class Attestation:
+    """A reproduction attestation given with --reproduction: where it came from and its exact bytes."""
+
+    source: str
+    data: bytes
+
+
 @dataclass
 class Context:
     """What the checks found so far; a later check reads what an earlier one established."""
@@ -62,6 +70,11 @@ class Context:
     notes: list[str] = field(default_factory=list)
     """What the bag holds outside the signed statement (extra tag files and labels, ignored
     statement fields, untrusted signatures): reported, never trusted, never a failure."""
+    attestations: tuple[Attestation, ...] = ()
+    reproducers: tuple[Ed25519PublicKey, ...] = ()
+    """The keys whose reproduction attestations count (--trusted-reproducer)."""
+    reproductions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Attestation number -> what its checks established so far (signer, statement, verdict)."""
 
     def need(self, value: T | None, what: str) -> T:
         """`value`, or Skipped when the earlier check that sets it did not pass."""

@@ -53,6 +53,7 @@ def to_json(outcome: Outcome) -> dict[str, Any]:
         "message": message,
         "exit_code": outcome.exit_code,
         "counts": counts,
+        "assurance": outcome.assurance,
         "seconds": round(outcome.seconds, 6),
         "checks": [{"id": c.id, "title": c.title, "status": c.status, "detail": c.detail}
                    for c in outcome.checks],
@@ -76,5 +77,5 @@ def table(outcome: Outcome) -> str:
     if outcome.notes:
         lines += ["", "Unsigned notes (nothing signed says this; never part of the verdict):"]
         lines += [f"  - {_printable(note)}" for note in outcome.notes]
-    lines += ["", summary, VERDICTS[outcome.exit_code][1]]
+    lines += ["", summary, VERDICTS[outcome.exit_code][1], f"Assurance: {outcome.assurance}"]
     return "\n".join(lines) + "\n"

@@ -1,0 +1,76 @@
+"""Reproduction attestations (FORMAT.md "Reproduction attestation"): an in-toto Statement v1 about a
+bundle, made by whoever re-ran its inference, signed in a DSSE envelope and written atomically.
+
+This module writes attestations; verify/reproduction.py is their reader."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from bundle import layout
+from bundle.canonical import dumps
+from bundle.dsse import sign_envelope
+from bundle.errors import BundleError, OutputExistsError
+from bundle.schemas import validate
+from bundle.statement import statement_bytes
+
+
+def build_reproduction_statement(statement_sha256: str, predictions: Mapping[str, str],
+                                 predicate: Mapping[str, Any]) -> dict[str, Any]:
+    """The Statement about one bundle, schema-checked: its subjects are the bundle's signed statement
+    (sha256 of the envelope's decoded payload) and its predictions files (bag path -> sha256)."""
+    subjects = {layout.SIGNED_STATEMENT_SUBJECT: statement_sha256, **predictions}
+    statement = {
+        "_type": layout.STATEMENT_TYPE,
+        "subject": [{"name": name, "digest": {"sha256": subjects[name]}} for name in sorted(subjects)],
+        "predicateType": layout.REPRODUCTION_PREDICATE_TYPE,
+        "predicate": dict(predicate),
+    }
+    validate(statement, "reproduction", source="The reproduction statement")
+    return statement
+
+
+def attestation_bytes(statement: Mapping[str, Any], private_key: Ed25519PrivateKey) -> bytes:
+    """The canonical JSON of a DSSE envelope over the statement, signed like a bundle's (keyid = fingerprint)."""
+    envelope = sign_envelope(statement_bytes(statement), layout.PAYLOAD_TYPE, private_key)
+    return dumps(envelope, source="The reproduction attestation")
+
+
+def write_attestation(path: Path, data: bytes) -> None:
+    """Write `data` at `path` all at once or not at all, never over an existing file.
+
+    The bytes go to a hidden temporary file in the same folder, are flushed to disk, and are then
+    linked into place (a link fails when `path` exists, so nothing is overwritten even in a race;
+    where the file system has no hard links they are renamed into place)."""
+    path = Path(path)
+    if os.path.lexists(path):
+        raise OutputExistsError(f"{path} already exists and attestations are never overwritten; choose "
+                                "another --out.")
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "xb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)
+        except OSError as exc:  # a file system without hard links: rename, having checked above
+            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV):
+                raise
+            os.replace(tmp, path)
+    except FileExistsError as exc:
+        raise OutputExistsError(f"{path} appeared while the attestation was written; choose another "
+                                "--out.") from exc
+    except OSError as exc:
+        raise BundleError(f"Cannot write the attestation {path} ({exc.strerror}); check free space and "
+                          "permissions there (no attestation was written).") from exc
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
