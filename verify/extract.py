@@ -11,7 +11,7 @@ import os
 import tarfile
 import zlib
 from pathlib import Path, PurePosixPath
-from typing import IO, Final
+from typing import Any, Final
 
 from verify import limits
 from verify.result import Failed, InputError
@@ -54,7 +54,7 @@ def _safe_name(name: str) -> PurePosixPath:
 def _check_end(tar: tarfile.TarFile, archive: Path) -> None:
     """Require only zero bytes (at most MAX_TRAILING_ZERO_BYTES) after the end-of-archive
     marker: `tar -i` reads members placed after it, which this reader would not see."""
-    fileobj: IO[bytes] | None = tar.fileobj
+    fileobj: Any = tar.fileobj
     if fileobj is None:
         return
     try:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from bundle import layout
+from verify.result import Failed
 
 MAX_ENTRIES: Final = 10_000
 """Entries (files and folders) in a bag folder or members in an archive; a bundle holds ~25."""
@@ -42,7 +43,7 @@ MAX_RESAMPLES: Final = 100_000
 """protocol bootstrap.resamples."""
 MAX_RESAMPLE_CELLS: Final = 20_000_000
 """resamples x audit rows: the bootstrap draw matrix the verifier rebuilds (160 MB as int64)."""
-MAX_STABILITY_SIZES: Final = 1_000
+MAX_STABILITY_SIZES: Final = 64
 """protocol stability sizes."""
 
 POOLS_BYTES_PER_ROW: Final = 256
@@ -79,6 +80,14 @@ def _int(value: Any, what: str, low: int, high: int) -> int:
     return value
 
 
+def bounded_dimensions(protocol: Any) -> Dimensions:
+    """`dimensions`, raising Failed for a check to report."""
+    try:
+        return dimensions(protocol)
+    except ProtocolOutOfBounds as exc:
+        raise Failed(f"not checked: {exc} (see protocol.bounds).") from exc
+
+
 def dimensions(protocol: Any) -> Dimensions:
     """The protocol's sizes; ProtocolOutOfBounds when one is missing, not an integer or beyond
     the verifier's bounds."""
@@ -109,7 +118,9 @@ def dimensions(protocol: Any) -> Dimensions:
     return Dimensions(rows, classes, steps, resamples, sizes)
 
 
-def _parquet_cap(rows: int, classes: int) -> int:
+def parquet_cap(rows: int, classes: int) -> int:
+    """The most bytes a predictions file of `rows` rows and `classes` classes may hold, compressed
+    on disk or uncompressed in its column chunks."""
     return SLACK_BYTES + rows * (PARQUET_BYTES_PER_ROW + classes * PARQUET_BYTES_PER_CELL)
 
 
@@ -126,7 +137,7 @@ def file_caps(dims: Dimensions | None) -> dict[str, int]:
     caps[layout.POOLS_JSON] = SLACK_BYTES + dims.rows * POOLS_BYTES_PER_ROW
     for pool, path in (("calibration", layout.CALIBRATION_PREDICTIONS),
                        ("audit", layout.AUDIT_PREDICTIONS)):
-        caps[path] = _parquet_cap(dims.pool_sizes.get(pool, dims.rows), dims.classes)
+        caps[path] = parquet_cap(dims.pool_sizes.get(pool, dims.rows), dims.classes)
     caps[layout.TRAJECTORY_JSON] = SLACK_BYTES + dims.steps * TRAJECTORY_BYTES_PER_STEP
     return {path: min(value, MAX_FILE_BYTES) for path, value in caps.items()}
 
