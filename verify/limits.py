@@ -8,13 +8,16 @@ cannot be read gives the fixed caps, and the checks that read it say what is wro
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from bundle import layout
-from verify.result import Failed
+from verify.result import Failed, InputError
 
 MAX_ENTRIES: Final = 10_000
 """Entries (files and folders) in a bag folder or members in an archive; a bundle holds ~25."""
@@ -157,3 +160,40 @@ def caps_from_protocol_bytes(data: bytes | None) -> tuple[dict[str, int], str | 
         return file_caps(dimensions(doc)), None
     except (ValueError, RecursionError, MemoryError) as exc:
         return file_caps(None), str(exc)[:200]
+
+
+def describe(exc: BaseException) -> str:
+    """A short reason for an error at the input's edges, without a traceback."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return exc.strerror or errno.errorcode.get(exc.errno, str(exc.errno))
+    if isinstance(exc, MemoryError):
+        return "out of memory"
+    if isinstance(exc, UnicodeError):
+        return "a name or text that is not valid UTF-8"
+    return f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
+def read_small_file(path: os.PathLike[str] | str, what: str,
+                    cap: int = MAX_PROTOCOL_BYTES) -> bytes:
+    """The bytes of a regular file of at most `cap` bytes named on the command line; InputError
+    for anything else (a FIFO, a device such as /dev/zero, a folder, a file too large)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except (OSError, ValueError, UnicodeError) as exc:
+        raise InputError(f"{what} {os.fsdecode(path)!r} cannot be read ({describe(exc)}); pass "
+                         "a readable file.") from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > cap:
+            raise InputError(f"{what} {os.fsdecode(path)!r} is not a regular file of at most "
+                             f"{cap:,} bytes; pass the file itself.")
+        data = os.read(fd, cap + 1)
+    except OSError as exc:
+        raise InputError(f"{what} {os.fsdecode(path)!r} cannot be read ({describe(exc)}); pass "
+                         "a readable file.") from exc
+    finally:
+        os.close(fd)
+    if len(data) > cap:
+        raise InputError(f"{what} {os.fsdecode(path)!r} is over {cap:,} bytes; pass the file "
+                         "itself.")
+    return data
