@@ -101,6 +101,7 @@ CONTENT: tuple[Entry | Group, ...] = (
     ), each=schemacheck.json_files),
     Entry("json.statement", "signed statement valid against the verifier's schema",
           schemacheck.signed_statement),
+    Entry("protocol.bounds", "protocol's sizes within the verifier's bounds", records.protocol_bounds),
     Entry("protocol.hash", "every record names the protocol in the bag", records.protocol_hash),
     Entry("protocol.pre-registered", "protocol equals the pre-registered one",
           records.pre_registered, when=records.has_pre_registered_protocol),
