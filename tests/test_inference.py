@@ -25,6 +25,7 @@ from job.forward_check import (
     compare_padded,
     compare_unpadded,
     first_padded_batch,
+    reference_forward,
     ulps,
     unpadded_batch,
 )
@@ -88,7 +89,7 @@ def unpadded_shapes(enc: Any, n_rows: int) -> list[tuple[np.ndarray, np.ndarray]
 def test_tiny_model_logits_equal_transformers_bit_for_bit_without_padding(tiny_world, threads):
     model, texts, s, model_dir = tiny_model(tiny_world, threads)
     assert isinstance(model.forward, DistilBertClassifier)
-    reference = TransformersForward(load_transformers(model_dir, "eager"))
+    reference = reference_forward(model_dir)
     enc = encode(model.tokenizer, texts, s.max_length)
     shapes = unpadded_shapes(enc, len(texts))
     assert {ids.shape[1] for ids, _ in shapes} >= {2, 13, int(enc.lengths.max())}  # the truncated 512-token row
@@ -114,7 +115,7 @@ def test_standin_logits_equal_transformers_bit_for_bit_without_padding(threads):
     configure_torch(s)
     model = load_model(STANDIN, s)
     assert isinstance(model.forward, DistilBertClassifier) and model.forward.word_rows is not None
-    reference = TransformersForward(load_transformers(STANDIN, "eager"))
+    reference = reference_forward(STANDIN)
     for ids, mask in unpadded_shapes(encode(model.tokenizer, texts, s.max_length), len(texts)):
         assert logits(model.forward, ids, mask).tobytes() == logits(reference, ids, mask).tobytes(), ids.shape
 
@@ -135,10 +136,20 @@ def test_standin_logits_are_close_to_transformers_on_padded_batches():
 
 def test_a_loaded_transformers_model_runs_the_same_packed_arithmetic(tiny_world):
     model, texts, s, model_dir = tiny_model(tiny_world)
-    hf = load_transformers(model_dir, "eager")
-    packed = DistilBertClassifier.from_transformers(hf)
+    reference = reference_forward(model_dir)
+    packed = DistilBertClassifier.from_transformers(reference.model)
     for ids, mask in unpadded_shapes(encode(model.tokenizer, texts, s.max_length), len(texts)):
-        assert logits(packed, ids, mask).tobytes() == logits(TransformersForward(hf), ids, mask).tobytes()
+        assert logits(packed, ids, mask).tobytes() == logits(reference, ids, mask).tobytes()
+
+
+def test_the_reference_head_copy_changes_no_logit_at_one_thread(tiny_world):
+    """reference_forward only changes the memory layout of the head's input: at one thread, where
+    sgemm does not depend on that layout, its logits are plain transformers' on padded batches too."""
+    model, texts, s, model_dir = tiny_model(tiny_world)
+    enc = encode(model.tokenizer, texts, s.max_length)
+    keys = [f"{i:08d}" for i in range(len(texts))]
+    plain = run_pool(TransformersForward(load_transformers(model_dir, "eager")), model.pad_id, enc, keys, s).logits
+    assert plain.tobytes() == run_pool(reference_forward(model_dir), model.pad_id, enc, keys, s).logits.tobytes()
 
 
 def test_two_passes_are_bit_identical(tiny_world):
@@ -293,7 +304,7 @@ def check_inputs(tiny_world: tuple[Path, Path]) -> tuple[Any, Any, Any, list[str
     """The packed model, transformers' reference, and the first 20 rows encoded, as the check sees them."""
     model, texts, s, model_dir = tiny_model(tiny_world)
     enc = encode(model.tokenizer, texts[:20], s.max_length)
-    return model, TransformersForward(load_transformers(model_dir, "eager")), enc, [f"k{i:02d}" for i in range(20)], s
+    return model, reference_forward(model_dir), enc, [f"k{i:02d}" for i in range(20)], s
 
 
 def test_the_unpadded_check_batch_is_the_longest_rows_cut_to_the_shortest_of_them():
@@ -348,7 +359,7 @@ def test_the_padded_comparison_reports_small_differences_and_stops_on_large_ones
 
 
 def test_the_unpadded_comparison_stops_on_one_ulp(tiny_world):
-    model, reference, enc, keys, _ = check_inputs(tiny_world)
+    _, reference, enc, keys, _ = check_inputs(tiny_world)
     with pytest.raises(JobError, match=r"different logits for 1 of 8 calibration rows in a batch without padding"):
         compare_unpadded(Shifted(reference, ulps=1), reference, *unpadded_batch(enc, keys))
 
