@@ -90,9 +90,11 @@ def ulps(a: NDArray[np.float32], b: NDArray[np.float32]) -> NDArray[np.int64]:
     lie between them (0 for equal values, +0 and -0 included)."""
     def ordered(x: NDArray[np.float32]) -> NDArray[np.int64]:
         i = x.view(np.int32).astype(np.int64)
-        return np.where(i < 0, -(i & 0x7FFFFFFF), i)
+        signed: NDArray[np.int64] = np.where(i < 0, -(i & 0x7FFFFFFF), i)
+        return signed
 
-    return np.abs(ordered(a) - ordered(b))
+    distance: NDArray[np.int64] = np.abs(ordered(a) - ordered(b))
+    return distance
 
 
 def compare_unpadded(forward: Forward, reference: Forward, ids: NDArray[np.int64],
