@@ -46,14 +46,19 @@ def make_hf_model(out: Path, arch: str, model_labels: list[str], seed: int = 0) 
     """A randomly initialised 2-layer `arch` ("bert" or "roberta") sequence classifier whose
     config.id2label is `model_labels`, saved with save_pretrained (safetensors) and a tokenizer."""
     import torch
-    from transformers import BertConfig, BertForSequenceClassification, RobertaConfig, RobertaForSequenceClassification
+    from transformers import (
+        BertConfig,
+        BertForSequenceClassification,
+        RobertaConfig,
+        RobertaForSequenceClassification,
+    )
 
     out.mkdir(parents=True, exist_ok=True)
     _tokenizer(out, arch)
-    common: dict[str, Any] = dict(
-        vocab_size=len(SPECIALS[arch]) + 2 + len(WORDS), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=64, num_labels=len(model_labels),
-        id2label=dict(enumerate(model_labels)), label2id={n: i for i, n in enumerate(model_labels)})
+    common: dict[str, Any] = {
+        "vocab_size": len(SPECIALS[arch]) + 2 + len(WORDS), "hidden_size": 32, "num_hidden_layers": 2,
+        "num_attention_heads": 2, "intermediate_size": 64, "num_labels": len(model_labels),
+        "id2label": dict(enumerate(model_labels)), "label2id": {n: i for i, n in enumerate(model_labels)}}
     torch.manual_seed(seed)
     if arch == "bert":
         model: Any = BertForSequenceClassification(BertConfig(max_position_embeddings=512, pad_token_id=0, **common))
