@@ -42,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     key.add_argument("--signing-key", type=Path, help="Ed25519 private key (PKCS#8 PEM); passphrase from CALIBRATION_KEY_PASSPHRASE")
     key.add_argument("--ephemeral-key", action="store_true", help="sign with a throwaway key written beside --out")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    from job.init import add_arguments
+    add_arguments(sub.add_parser("init", help="write a protocol for a model and dataset split pinned at commits"))
     return p
 
 
@@ -61,6 +63,9 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.command == "init":
+            from job.init import run_init
+            return run_init(args)
         protocol = load_protocol(args.protocol)
         if args.command == "prepare":
             res = _resources(args, protocol, pins_out=args.pins_out)
