@@ -16,7 +16,7 @@ from typing import Any
 
 from job.errors import JobError
 
-FORMATS = {".parquet": "parquet", ".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv"}
+FORMATS = {"parquet": "parquet", "jsonl": "jsonl", "json": "jsonl", "csv": "csv"}  # by file extension
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def split_files(header: dict[str, Any], config: str, split: str, repo_files: Seq
     if not paths:
         raise JobError(f"No file of the repository matches {patterns} (config {config!r}, split {split!r}); "
                        "the card and the files disagree at this revision.")
-    formats = {FORMATS.get("." + p.rsplit(".", 1)[-1]) for p in paths}
+    formats = {FORMATS.get(p.rsplit(".", 1)[-1]) for p in paths}
     if len(formats) != 1 or None in formats:
         raise JobError(f"The split's files {paths[:3]} are not all Parquet, JSON lines or CSV; the job reads "
                        "only those.")

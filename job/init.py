@@ -200,7 +200,7 @@ def from_lock(args: argparse.Namespace) -> tuple[Pinned, Pinned, str, tuple[str,
             local[f["path"]] = path
         pinned.append(Pinned(repo, role, rev, tuple(files), local))
     data_paths = [f["path"] for f in pinned[1].files]
-    fmt = FORMATS.get("." + data_paths[0].rsplit(".", 1)[-1], "parquet")
+    fmt = FORMATS.get(data_paths[0].rsplit(".", 1)[-1], "parquet")
     return pinned[0], pinned[1], fmt, tuple(lock["dataset"]["labels"])
 
 
