@@ -13,12 +13,13 @@ from verify.api import verify_path
 from verify.checks import Trust
 from verify.result import EXIT_FAILED, EXIT_OK
 
-EXPECTED_FAILURE: dict[str, str | None] = {
+EXPECTED_FAILURE: dict[str, str | tuple[str, ...] | None] = {
     "pools-empty-objects": "bag.layout",
     "pools-archive-bomb": "bag.layout",  # at full size archive.safe, before extracting
     "bootstrap-resamples": "bootstrap.intervals",
     "trajectory-steps": "bag.layout",
-    "parquet-identical-rows": "predictions.audit.columns",
+    # the on-disk cap or the footer's row count, whichever the file's compression trips first
+    "parquet-identical-rows": ("bag.layout", "predictions.audit.columns"),
     "report-image-brackets": None,  # prose the format does not check: verifies, but in linear time
     "protocol-resamples": "protocol.bounds",
     "archive-trailing-member": "archive.safe",
@@ -47,5 +48,6 @@ def test_hostile_rejected_in_bounded_time(name: str, base: tuple[Path, Keys],  #
         assert outcome.exit_code == EXIT_OK, failed
     else:
         assert outcome.exit_code == EXIT_FAILED
-        assert expected in failed, failed
+        wanted = (expected,) if isinstance(expected, str) else expected
+        assert any(check in failed for check in wanted), failed
     assert elapsed < 10, f"{name} took {elapsed:.1f} s"
