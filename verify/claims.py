@@ -3,9 +3,12 @@ verifier's own schemas, and compare."""
 
 from __future__ import annotations
 
+import functools
+import json
 from typing import Any
 
 from bundle import layout
+from bundle.schemas import SCHEMA_DIR
 from verify import schemacheck
 from verify.context import Context
 from verify.result import Failed
@@ -52,6 +55,24 @@ def expected_predicate(ctx: Context) -> dict[str, Any]:
     }
 
 
+RELEASED_DIGESTS = SCHEMA_DIR / f"format-{layout.FORMAT_VERSION}.digests.json"
+"""Earlier revisions of each payload schema that bundles of this format may name."""
+
+
+@functools.lru_cache(maxsize=1)
+def released_digests() -> dict[str, frozenset[str]]:
+    """Schema name -> sha256 of its earlier revisions of this format (schemas/format-N.digests.json)."""
+    doc = json.loads(RELEASED_DIGESTS.read_bytes())
+    return {name: frozenset(digests) for name, digests in doc["schemas"].items()}
+
+
+def _released_pin(path: str, pin: Any) -> bool:
+    """Whether `pin` names this path's schema at an earlier revision of this format."""
+    name = layout.PAYLOAD_SCHEMAS.get(path)
+    return (name is not None and isinstance(pin, dict) and pin.get("id") == schemacheck.schema_id(name)
+            and pin.get("sha256") in released_digests().get(name, frozenset()))
+
+
 def _diff(found: Any, expected: Any, where: str, out: list[str]) -> None:
     if isinstance(expected, dict) and isinstance(found, dict):
         for key in sorted(set(found) | set(expected)):
@@ -71,11 +92,16 @@ def _diff(found: Any, expected: Any, where: str, out: list[str]) -> None:
 def check(predicate: dict[str, Any], ctx: Context) -> str:
     expected = expected_predicate(ctx)
     expected.update({k: predicate[k] for k in CHECKED_ELSEWHERE if k in predicate})
+    signed_schemas = predicate.get("schemas")
+    if isinstance(signed_schemas, dict):
+        for path, pin in signed_schemas.items():
+            if path in expected["schemas"] and _released_pin(path, pin):
+                expected["schemas"][path] = pin  # an earlier revision of this format's schema
     diffs: list[str] = []
     _diff(predicate, expected, "predicate", diffs)
     schema_diffs = [d for d in diffs if d.startswith("predicate.schemas")]
     if schema_diffs:
-        raise Failed(f"the bundle was written against other schemas than the verifier's: "
+        raise Failed(f"the bundle was written against schemas this verifier does not know: "
                      f"{schema_diffs[0]}; use the verifier release that matches the bundle.")
     if diffs:
         more = f" (+{len(diffs) - 2} more)" if len(diffs) > 2 else ""

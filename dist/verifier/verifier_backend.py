@@ -47,8 +47,9 @@ def files() -> dict[str, bytes]:
             out[f"verify/{path.name}"] = path.read_bytes()
     for module in BUNDLE_MODULES:
         out[f"bundle/{module}.py"] = (ROOT / "bundle" / f"{module}.py").read_bytes()
-    for path in sorted((ROOT / "schemas").glob("*.schema.json")):
-        out[f"schemas/{path.name}"] = path.read_bytes()
+    for pattern in ("*.schema.json", "*.digests.json"):
+        for path in sorted((ROOT / "schemas").glob(pattern)):
+            out[f"schemas/{path.name}"] = path.read_bytes()
     return out
 
 
