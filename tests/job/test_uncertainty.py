@@ -23,7 +23,7 @@ from job.uncertainty import (
     verdict,
 )
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def validate(doc: dict, name: str) -> None:

@@ -22,19 +22,19 @@ from bundle.canonical import dumps, loads_strict
 from bundle.cosign import cosign
 from bundle.errors import BundleError
 from bundle.keys import fingerprint, public_key_pem
-from tests.test_verify_tamper import (
+from tests.verify.tamper import Keys, copy_bag, synthetic_bag, verify_keys  # noqa: F401
+from tests.verify.test_tamper import (
     fix_manifests_without_key,
     fix_tagmanifest,
     set_bag_info,
     statement_edit,
 )
-from tests.verify_tamper import Keys, copy_bag, synthetic_bag, verify_keys  # noqa: F401
 from verify import report
 from verify.api import Outcome, verify_path
 from verify.checks import AUTHENTICATION, CONTENT, Trust, check_ids
 from verify.result import EXIT_FAILED, EXIT_OK
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def trusted(keys: Keys) -> Trust:

@@ -1,8 +1,8 @@
 """Time and peak memory of the verifier on hostile bundles, beside a genuine one.
 
-python scripts/bench_hostile.py [--scale 1.0] [--bag BAG --key signing-key.pem]
+python -m tests.verify.bench_hostile [--scale 1.0] [--bag BAG --key signing-key.pem]
 
-Builds every class of tests/verify_tamper.py HOSTILE from a genuine bag (the synthetic bundle
+Builds every class of tests/verify/tamper.py HOSTILE from a genuine bag (the synthetic bundle
 with the protocol's sizes unless --bag and its signing --key are given), runs
 `python -m verify` on each in a child process with the trusted key, and prints the exit code,
 the wall time and the child's peak RSS (ru_maxrss). Targets (FORMAT.md, Limits): every
@@ -16,13 +16,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle.keys import load_private_key, public_key_pem
-from tests.verify_tamper import HOSTILE, Keys, copy_bag, make_bundle
+from tests.synthetic import make_bundle
+from tests.verify.tamper import HOSTILE, Keys, copy_bag
 
 _MEASURE = """import os, subprocess, sys, time
 start = time.perf_counter()

@@ -15,7 +15,7 @@ import pytest
 
 import verify
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "goldens" / "bundle-v1"
 TRUSTED_KEY = REPO / "tests" / "goldens" / "bundle-v1.pub.pem"
 

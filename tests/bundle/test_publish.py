@@ -16,7 +16,7 @@ from bundle.errors import BundleError, OutputExistsError
 from bundle.keys import generate
 from bundle.publish import assembling, cleanup_stale_partials, publish, staging_dir
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _partials(parent: Path) -> list[Path]:
@@ -102,7 +102,7 @@ CHILD = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from bundle import bag, publish
-    from bundle.examples import write_example_payload
+    from tests.synthetic import write_payload
     from bundle.keys import load_private_key
 
     out, pause, key_path = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
@@ -136,7 +136,7 @@ CHILD = textwrap.dedent("""
     point("start")
     with publish.assembling(out) as staging:
         point("staging")
-        protocol_sha256 = write_example_payload(staging)
+        protocol_sha256 = write_payload(staging / "data", profile="formal")
         point("payload")
         bag.seal(staging, description="kill test", protocol_sha256=protocol_sha256,
                  profile="formal", private_key=key)

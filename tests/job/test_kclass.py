@@ -21,7 +21,7 @@ from job.stability import stability_record
 from job.uncertainty import bootstrap_indices, bootstrap_record
 from tests.factory import make_world
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 K = 3
 
 

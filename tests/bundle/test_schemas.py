@@ -18,7 +18,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from bundle import layout
 from bundle.dsse import sign_envelope
 from bundle.errors import BundleError, SchemaViolation
-from bundle.examples import REPO_PROTOCOL, example_documents
 from bundle.schemas import (
     SCHEMA_DIR,
     SCHEMA_NAMES,
@@ -27,8 +26,9 @@ from bundle.schemas import (
     validate,
 )
 from bundle.statement import build_statement, predicate_from_payload, schemas_map
+from tests.synthetic import REPO, write_payload
 
-PROTOCOL_BYTES = REPO_PROTOCOL.read_bytes()
+PROTOCOL_BYTES = (REPO / "provenance.json").read_bytes()
 HEX = "ab" * 32
 
 
@@ -55,9 +55,6 @@ def _lock() -> dict[str, Any]:
 
 
 def _predicate(tmp: Path) -> dict[str, Any]:
-    from bundle.examples import write_example_payload
-
-    write_example_payload(tmp)
     predicate = predicate_from_payload(tmp)
     predicate["schemas"] = schemas_map(list(layout.PAYLOAD_SCHEMAS))
     predicate["signer_fingerprint"] = HEX
@@ -87,8 +84,11 @@ def _reproduction() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def good(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    docs = example_documents(PROTOCOL_BYTES)
-    predicate = _predicate(tmp_path_factory.mktemp("payload"))
+    bag = tmp_path_factory.mktemp("payload")
+    write_payload(bag / "data", protocol=PROTOCOL_BYTES)
+    docs = {path: json.loads((bag / path).read_bytes())
+            for path in layout.PAYLOAD_SCHEMAS if path != layout.PROTOCOL_JSON}
+    predicate = _predicate(bag)
     statement = build_statement({"data/protocol.json": HEX}, predicate)
     envelope = sign_envelope(b"{}", layout.PAYLOAD_TYPE, Ed25519PrivateKey.generate())
     return {

@@ -61,7 +61,7 @@ def test_an_update_rewrites_the_golden_and_logs_the_reason(drifted: tuple[Path, 
 def test_update_goldens_without_a_reason_is_a_usage_error() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--update-goldens= ",
-         "tests/test_goldens.py::test_the_goldens_pin_exactly_the_logits_temperature_and_metrics"],
+         "tests/job/test_goldens.py::test_the_goldens_pin_exactly_the_logits_temperature_and_metrics"],
         cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
     )
     assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout + done.stderr

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.verify_tamper import Keys, base, synthetic_bag, verify_keys  # noqa: F401
+from tests.verify.tamper import Keys, base, synthetic_bag, verify_keys  # noqa: F401
 from verify import tree as bagtree
 from verify.checks import Trust, verify_tree
 from verify.result import EXIT_OK, EXIT_UNTRUSTED, exit_code
@@ -122,7 +122,7 @@ def test_any_recorded_value_changed_by_the_key_holder_is_rejected(
     import random
 
     from bundle.canonical import loads_strict
-    from tests.verify_tamper import copy_bag, edit_json, reseal
+    from tests.verify.tamper import copy_bag, edit_json, reseal
     from verify.api import verify_path
 
     bag, keys = base

@@ -16,7 +16,8 @@ from cryptography.hazmat.primitives import serialization
 
 from bundle.archive import archive
 from bundle.keys import fingerprint
-from tests.verify_tamper import REPO, Keys, base, copy_bag, synthetic_bag, verify_keys  # noqa: F401
+from tests.synthetic import REPO
+from tests.verify.tamper import Keys, base, copy_bag, synthetic_bag, verify_keys  # noqa: F401
 from verify import extract
 from verify.__main__ import main
 

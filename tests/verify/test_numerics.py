@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.verify_tamper import bisect
+from tests.synthetic import bisect
 from verify import bootstrap, numerics, refit
 
 mpmath = pytest.importorskip("mpmath")

@@ -1,4 +1,4 @@
-"""tests/goldens/bundle-v1: a format-1 bundle committed once (scripts/make_golden_bundle.py) that
+"""tests/goldens/bundle-v1: a format-1 bundle committed once (`python -m tests.make_golden_bundle`) that
 the current verifier must accept with the committed public key for as long as format 1 exists,
 and that a verifier refuses with an upgrade sentence when it does not read the bundle's format."""
 
@@ -16,7 +16,7 @@ from bundle import layout
 from verify import compat
 from verify.result import Failed
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "goldens" / "bundle-v1"
 TRUSTED_KEY = REPO / "tests" / "goldens" / "bundle-v1.pub.pem"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bundle import crate_terms, layout
 
-JOB = Path(__file__).resolve().parent.parent / "job"
+JOB = Path(__file__).resolve().parents[2] / "job"
 
 PAYLOAD = {*layout.PAYLOAD_SCHEMAS, *layout.PAYLOAD_FILES, *layout.PREDICTIONS.values()}
 NAMES = PAYLOAD | {layout.data_name(p) for p in PAYLOAD}

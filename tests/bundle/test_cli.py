@@ -12,9 +12,9 @@ import pytest
 
 from bundle.__main__ import main
 from bundle.bag import seal
-from bundle.examples import write_example_payload
+from tests.synthetic import write_payload
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_keygen_prints_fingerprint_and_paths(
@@ -39,7 +39,7 @@ def test_errors_are_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFi
 
 def test_archive_prints_path_and_sha256(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bag = tmp_path / "run"
-    seal(bag, description="cli", protocol_sha256=write_example_payload(bag), profile="formal")
+    seal(bag, description="cli", protocol_sha256=write_payload(bag / "data", profile="formal"), profile="formal")
     assert main(["archive", str(bag), "--out", str(tmp_path / "r.tgz")]) == 0
     path, digest = capsys.readouterr().out.splitlines()
     assert path == str(tmp_path / "r.tgz")

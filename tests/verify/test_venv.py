@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.verify_tamper import REPO, Keys, base, synthetic_bag, verify_keys  # noqa: F401
+from tests.synthetic import REPO
+from tests.verify.tamper import Keys, base, synthetic_bag, verify_keys  # noqa: F401
 
 pytestmark = pytest.mark.slow
 

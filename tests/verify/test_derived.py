@@ -9,9 +9,9 @@ import pytest
 
 from bundle import layout
 from bundle.canonical import loads_strict
-from bundle.examples import tiny_png
 from job.report import expected_tables, extract_tables, load_docs
-from tests.verify_tamper import Keys, base, synthetic_bag, verify_keys  # noqa: F401
+from tests.synthetic import tiny_png
+from tests.verify.tamper import Keys, base, synthetic_bag, verify_keys  # noqa: F401
 from verify import crate, figures, reportcheck
 from verify.result import Failed
 

@@ -14,7 +14,7 @@ import numpy as np
 from job.figures import FIGURES, confidence_png, reliability_png, render_figures
 from job.metrics import compute_metrics
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def chunks(png: bytes) -> list[bytes]:

@@ -19,7 +19,7 @@ from job.stability import size_curve, stability_record
 
 FIT = FitSpec(t_min=0.05, t_max=20.0, steps=60)
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def validate(doc: dict, name: str) -> None:

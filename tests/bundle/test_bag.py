@@ -17,10 +17,10 @@ from bundle import layout
 from bundle.bag import bagging_date, file_digests, payload_files, seal
 from bundle.canonical import dumps, loads_strict
 from bundle.errors import BundleError
-from bundle.examples import write_example_payload
 from bundle.keys import fingerprint
 from bundle.schemas import schema_sha256, validate
 from bundle.statement import predicate_from_payload
+from tests.synthetic import REPO, write_payload
 from verify import bag as reader
 from verify import signature
 from verify.result import Failed
@@ -42,7 +42,7 @@ def read_manifest(bag: Path, name: str) -> dict[str, str]:
 def _tiny(tmp_path: Path) -> tuple[Path, str]:
     bag = tmp_path / "bag"
     (bag / "data" / "sub dir").mkdir(parents=True)
-    protocol = (Path(__file__).resolve().parent.parent / "provenance.json").read_bytes()
+    protocol = (REPO / "provenance.json").read_bytes()
     (bag / "data" / "protocol.json").write_bytes(protocol)
     (bag / "data" / "sub dir" / "b.bin").write_bytes(bytes(range(256)) * 10)
     (bag / "data" / "a.txt").write_text("héllo\n", encoding="utf-8")
@@ -92,7 +92,7 @@ def protocol_bytes(bag: Path) -> bytes:
 
 def _signed(tmp_path: Path) -> Path:
     bag = tmp_path / "signed"
-    protocol_sha256 = write_example_payload(bag)
+    protocol_sha256 = write_payload(bag / "data", profile="formal")
     seal(
         bag,
         description="example",
@@ -158,7 +158,7 @@ def test_sha512_manifest(tmp_path: Path) -> None:
 
 def _payload(tmp_path: Path) -> tuple[Path, str]:
     bag = tmp_path / "p"
-    return bag, write_example_payload(bag)
+    return bag, write_payload(bag / "data", profile="formal")
 
 
 def _rewrite(bag: Path, rel: str, change: Any) -> None:
@@ -251,18 +251,18 @@ def test_envelope_payload_is_base64_of_canonical_statement(tmp_path: Path) -> No
 
 
 def test_optional_sections_decide_the_payload(tmp_path: Path) -> None:
-    protocol = json.loads((Path(__file__).resolve().parent.parent / "provenance.json").read_bytes())
+    protocol = json.loads((REPO / "provenance.json").read_bytes())
     protocol.pop("bootstrap", None)
     protocol.pop("stability", None)
     raw = json.dumps(protocol, indent=2).encode()
     assert layout.expected_payload(protocol) == layout.PAYLOAD_FILES
     bag = tmp_path / "plain"
-    protocol_sha256 = write_example_payload(bag, protocol=raw)
+    protocol_sha256 = write_payload(bag / "data", protocol=raw, profile="formal")
     assert not (bag / layout.BOOTSTRAP_JSON).exists()
     seal(bag, description="x", protocol_sha256=protocol_sha256, profile="formal", private_key=KEY)
     bagit.Bag(str(bag)).validate()
     stray = tmp_path / "stray"
-    protocol_sha256 = write_example_payload(stray, protocol=raw)
+    protocol_sha256 = write_payload(stray / "data", protocol=raw, profile="formal")
     (stray / layout.STABILITY_JSON).write_bytes(b"{}\n")
     with pytest.raises(BundleError, match=r"extra: \['data/stability.json'\]"):
         seal(stray, description="x", protocol_sha256=protocol_sha256, profile="formal")

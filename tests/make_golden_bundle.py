@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Regenerate tests/goldens/bundle-v1/, a small signed bundle of format 1 that every later
-verifier must still accept (tests/test_golden_bundle.py), and its trusted public key
+verifier must still accept (tests/verify/test_golden_bundle.py), and its trusted public key
 tests/goldens/bundle-v1.pub.pem.
 
-    .venv/bin/python scripts/make_golden_bundle.py
+    .venv/bin/python -m tests.make_golden_bundle
 
 The job runs on the tiny generated world of tests/factory.py (the unit tests' fixtures) with a
 fresh Ed25519 key; the private half is generated in a temporary folder and deleted with it, so

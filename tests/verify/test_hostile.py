@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.verify_tamper import HOSTILE, Keys, base, copy_bag, synthetic_bag, verify_keys  # noqa: F401
+from tests.verify.tamper import HOSTILE, Keys, base, copy_bag, synthetic_bag, verify_keys  # noqa: F401
 from verify.api import verify_path
 from verify.checks import Trust
 from verify.result import EXIT_FAILED, EXIT_OK

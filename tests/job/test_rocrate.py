@@ -19,7 +19,7 @@ from job import __version__
 from job.errors import JobError
 from job.rocrate import CRATE, Party, Publication, crate_bytes, crate_metadata, payload_files
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 OFFLINE = REPO.parent / "shared" / "rocrate-offline"
 FINGERPRINT = "0f" * 32
 ORCID = "https://orcid.org/0000-0002-1825-0097"

@@ -1,6 +1,6 @@
 """Tampered bundles: every one must be rejected (exit 1) by a check that names the problem.
 
-Each class runs on two bases: a synthetic full-format bundle (tests/verify_tamper.py) and the
+Each class runs on two bases: a synthetic full-format bundle (tests/synthetic.py) and the
 real bundle the job writes for the tiny generated model (the `tiny_bundle` fixture). Attackers
 without the key re-seal with their own key while the real key is pinned; attackers who hold the
 key re-seal with it, and the recomputation from the logits must still catch them."""
@@ -24,13 +24,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from bundle import layout
 from bundle.canonical import dumps, loads_strict
 from bundle.dsse import sign_envelope
-from tests.verify_tamper import (  # noqa: F401
+from tests.synthetic import sha256
+from tests.verify.tamper import (  # noqa: F401
     Keys,
     base,
     copy_bag,
     edit_json,
     reseal,
-    sha256,
     synthetic_bag,
     update_stage_hashes,
     verify_keys,
