@@ -20,7 +20,7 @@ from job.errors import JobError
 from job.hub import hub_fetch, hub_lfs_sha256
 from job.init import Hub, run_init
 from tests.anymodel import label_names, make_hf_model, make_rows
-from tests.test_hub_download import LocalHub
+from tests.job.test_hub_download import LocalHub
 
 MODEL_SHA, DATA_SHA = "1" * 40, "2" * 40
 CASES = {  # name: (architecture, K, format, pairs)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from bundle import layout
-from tests.verify_tamper import Keys, copy_bag, reseal, synthetic_bag, verify_keys  # noqa: F401
+from tests.verify.tamper import Keys, copy_bag, reseal, synthetic_bag, verify_keys  # noqa: F401
 from verify import claims
 from verify.api import verify_path
 from verify.checks import Trust
