@@ -26,7 +26,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     def common(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--protocol", type=Path, default=DEFAULT_PROTOCOL, help="pre-registered protocol (default: provenance.json)")
+        sp.add_argument("--protocol", type=Path, default=DEFAULT_PROTOCOL,
+                        help="pre-registered protocol (default: provenance.json)")
         sp.add_argument("--resources", type=Path, help="local resource lock (JSON) instead of the hub cache")
         sp.add_argument("--cache", type=Path, default=None, help="resource cache (default: $HF_HOME/calibration-runs)")
 
@@ -40,7 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     common(run)
     run.add_argument("--out", type=Path, required=True, help="bundle directory to create (must not exist)")
     key = run.add_mutually_exclusive_group()
-    key.add_argument("--signing-key", type=Path, help="Ed25519 private key (PKCS#8 PEM); passphrase from CALIBRATION_KEY_PASSPHRASE")
+    key.add_argument("--signing-key", type=Path,
+                     help="Ed25519 private key (PKCS#8 PEM); passphrase from CALIBRATION_KEY_PASSPHRASE")
     key.add_argument("--ephemeral-key", action="store_true", help="sign with a throwaway key written beside --out")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument("--license", default=DEFAULT_LICENSE, metavar="URL",
@@ -56,7 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("bundle", type=Path, help="the bag folder or its .tar.gz (only read)")
     rep.add_argument("--out", type=Path, required=True, help="attestation file to write (must not exist)")
     rep.add_argument("--signing-key", type=Path, required=True,
-                     help="the reproducer's Ed25519 private key (PKCS#8 PEM); passphrase from CALIBRATION_KEY_PASSPHRASE")
+                     help="the reproducer's Ed25519 private key (PKCS#8 PEM); "
+                          "passphrase from CALIBRATION_KEY_PASSPHRASE")
     rep.add_argument("--resources", type=Path, help="local resource lock (JSON) instead of the hub cache")
     rep.add_argument("--cache", type=Path, default=None, help="resource cache (default: $HF_HOME/calibration-runs)")
     rep.add_argument("--sample", type=int, metavar="N", help="spot check: compare N rows drawn with --seed")
@@ -106,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
             res = _resources(args, protocol, pins_out=args.pins_out)
             for repo in (res.model, res.dataset):
                 for f in repo.files:
-                    print(f"ok  {repo.repo_id}@{repo.revision[:12]} {f.path}  {f.size} bytes  sha256 {f.sha256}  ({f.pin} pin)")
+                    print(f"ok  {repo.repo_id}@{repo.revision[:12]} {f.path}  {f.size} bytes  "
+                          f"sha256 {f.sha256}  ({f.pin} pin)")
             print(f"profile {res.profile}" + "".join(f"\n  - {d}" for d in res.deviations))
             return 0
         if args.command == "smoke":

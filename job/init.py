@@ -47,7 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--id", dest="id_column", help="integer id column (default: idx if present, else the row number)")
     p.add_argument("--name", required=True, help="protocol name (lower case, digits, . _ -)")
     p.add_argument("--pools", default="explore:256,calibration:256,audit:rest",
-                   help="pools in cutting order, NAME:SIZE or NAME:rest (default: explore:256,calibration:256,audit:rest)")
+                   help="pools in cutting order, NAME:SIZE or NAME:rest "
+                        "(default: explore:256,calibration:256,audit:rest)")
     p.add_argument("--prefix", help="split key prefix (default: NAME:)")
     p.add_argument("--label-map", help="explicit map MODEL_LABEL=DATASET_LABEL,... (default: match names)")
     p.add_argument("--out", type=Path, required=True, help="protocol file to write")
@@ -151,7 +152,8 @@ def _fetch_and_pin(repo: str, repo_type: str, rev: str, listing: dict[str, tuple
         got = Path(fetch(repo, repo_type, rev, path, cache / "hub"))
         digest = sha256_file(got)
         if got.stat().st_size != size or (lfs is not None and digest != lfs):
-            raise JobError(f"{repo}@{rev[:12]}:{path} downloaded as {got.stat().st_size} bytes, sha256 {digest}; the hub "
+            raise JobError(f"{repo}@{rev[:12]}:{path} downloaded as {got.stat().st_size} bytes, "
+                           f"sha256 {digest}; the hub "
                            f"lists {size} bytes, sha256 {lfs}: download it again.")
         files.append({"path": path, "size": size, "sha256": digest})
         local[path] = got
@@ -188,14 +190,16 @@ def from_lock(args: argparse.Namespace) -> tuple[Pinned, Pinned, str, tuple[str,
     lock = load_lock(args.resources)
     base = args.resources.resolve().parent
     pinned = []
-    for role, repo, rev in (("model", args.model, args.model_revision), ("dataset", args.dataset, args.dataset_revision)):
+    for role, repo, rev in (("model", args.model, args.model_revision),
+                            ("dataset", args.dataset, args.dataset_revision)):
         files: list[dict[str, Any]] = []
         local: dict[str, Path | None] = {}
         for f in lock[role]["files"]:
             path = (base / f["local_path"]).resolve()
             digest = sha256_file(path)
             if f["sha256"] not in (None, digest) or path.stat().st_size != f["size"]:
-                raise JobError(f"The lock's {role} file {f['path']} at {path} is not the file the lock pins; fix the lock.")
+                raise JobError(f"The lock's {role} file {f['path']} at {path} is not the file the lock pins; "
+                               "fix the lock.")
             files.append({"path": f["path"], "size": f["size"], "sha256": digest})
             local[f["path"]] = path
         pinned.append(Pinned(repo, role, rev, tuple(files), local))
@@ -247,7 +251,8 @@ def build_protocol(args: argparse.Namespace, model: Pinned, data: Pinned, fmt: s
     cal = next(p["size"] for p in pools if p["name"] == CALIBRATION)
     doc.update(name=args.name, question=(
         f"How well calibrated are the probabilities of {model.repo_id} on the {args.split} split of "
-        f"{data.repo_id} ({args.config}), and does one temperature fitted on a separate calibration pool improve them?"))
+        f"{data.repo_id} ({args.config}), and does one temperature fitted on a separate calibration pool "
+        "improve them?"))
     doc["resources"] = {"model": {"repo_id": model.repo_id, "repo_type": "model", "revision": model.revision,
                                   "files": list(model.files)}, "dataset": ds}
     doc["split"].update(prefix=args.prefix if args.prefix is not None else f"{args.name}:", pools=pools,

@@ -108,7 +108,8 @@ def _profile(protocol_res: dict[str, Any], model: ResolvedRepo, dataset: Resolve
             elif spec["sha256"] is not None and got.sha256 != spec["sha256"]:
                 deviations.append(f"The {role} file {spec['path']} has sha256 {got.sha256}, "
                                   f"not the pinned {spec['sha256']}.")
-            elif spec["sha256"] is None and got.pin not in ("hub-lfs", "first-use") and repo.repo_id == pinned["repo_id"]:
+            elif (spec["sha256"] is None and got.pin not in ("hub-lfs", "first-use")
+                  and repo.repo_id == pinned["repo_id"]):
                 deviations.append(f"The {role} file {spec['path']} is unpinned in the protocol "
                                   "and was pinned neither by the hub's LFS sha256 nor on first use.")
     return ("formal" if not deviations else "other"), tuple(deviations)

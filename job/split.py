@@ -24,7 +24,8 @@ class Pool:
     keys: tuple[str, ...]
 
 
-def make_pools(prefix: str, ids: Sequence[int] | NDArray[np.int64], sizes: Sequence[tuple[str, int]]) -> dict[str, Pool]:
+def make_pools(prefix: str, ids: Sequence[int] | NDArray[np.int64],
+               sizes: Sequence[tuple[str, int]]) -> dict[str, Pool]:
     """Cut the rows, ordered by split key, into consecutive pools of the given sizes."""
     total = sum(size for _, size in sizes)
     if total != len(ids):

@@ -66,7 +66,8 @@ def sha256_file(path: Path) -> str:
 def full_size_model(dst: Path, seed: int) -> Path:
     """The pinned checkpoint's architecture with weights from `seed`; reused when already built."""
     marker = dst / "bench-model.json"
-    if marker.is_file() and json.loads(marker.read_text()).get("seed") == seed and (dst / "model.safetensors").is_file():
+    if (marker.is_file() and json.loads(marker.read_text()).get("seed") == seed
+            and (dst / "model.safetensors").is_file()):
         return dst
     import torch
     from transformers import AutoConfig, AutoModelForSequenceClassification
@@ -350,12 +351,16 @@ def fmt_table(headers: list[str], rows: list[list[Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--threads", type=int, nargs="+", default=None, help="thread counts (default: 1 2 and the protocol's)")
-    ap.add_argument("--repeats", type=int, default=3, help="passes of the job's inference per thread count (best is reported)")
+    ap.add_argument("--threads", type=int, nargs="+", default=None,
+                    help="thread counts (default: 1 2 and the protocol's)")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="passes of the job's inference per thread count (best is reported)")
     ap.add_argument("--pipeline-repeats", type=int, default=2, help="passes of the naive pipeline per thread count")
-    ap.add_argument("--gemm-repeats", type=int, default=3, help="GEMM timings per shape per round (one round per job pass)")
+    ap.add_argument("--gemm-repeats", type=int, default=3,
+                    help="GEMM timings per shape per round (one round per job pass)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the random full-size weights")
-    ap.add_argument("--model-dir", type=Path, default=REPO / "out" / "bench" / "model", help="where the full-size model is built (reused)")
+    ap.add_argument("--model-dir", type=Path, default=REPO / "out" / "bench" / "model",
+                    help="where the full-size model is built (reused)")
     ap.add_argument("--out", type=Path, default=REPO / "out" / "bench" / "bench.json", help="bench.json path")
     ap.add_argument("--no-formal-run", action="store_true", help="skip the peak-RSS formal runs")
     ap.add_argument("--quick", action="store_true", help="protocol thread count only, 2 job passes, 1 pipeline pass")
@@ -421,8 +426,10 @@ def main(argv: list[str] | None = None) -> int:
         walls = [p["wall"] for p in passes]
         best = passes[int(np.argmin(walls))]
         fwd = np.array([p["forward"] for p in passes])  # [pass, batch, (wall, cpu)]
-        settled_wall = float(fwd[:, :, 0].min(axis=0).sum() + min(p["wall"] - fwd[i, :, 0].sum() for i, p in enumerate(passes)))
-        settled_cpu = float(fwd[:, :, 1].min(axis=0).sum() + min(p["cpu"] - fwd[i, :, 1].sum() for i, p in enumerate(passes)))
+        settled_wall = float(fwd[:, :, 0].min(axis=0).sum()
+                             + min(p["wall"] - fwd[i, :, 0].sum() for i, p in enumerate(passes)))
+        settled_cpu = float(fwd[:, :, 1].min(axis=0).sum()
+                            + min(p["cpu"] - fwd[i, :, 1].sum() for i, p in enumerate(passes)))
         identical = all(np.array_equal(p["logits"], passes[0]["logits"]) for p in passes)
         rate_wall, rate_cpu = gemm_rate(w, gemm_best)
         print(f"{th} threads: naive pipeline x{args.pipeline_repeats} ...", flush=True)
@@ -500,13 +507,15 @@ def main(argv: list[str] | None = None) -> int:
     for th, r in results.items():
         lv = r["logits_vs_protocol_threads"]
         rows.append([th, f"{r['job_wall_s_best']:.2f}", f"{r['job_wall_s_settled']:.2f}", f"{r['rows_per_s']:.1f}",
-                     f"{r['tokens_per_s']:.0f}", f"{r['useful_gflop_per_s_settled']:.1f}", f"{r['gemm_gflop_per_s']:.1f}",
+                     f"{r['tokens_per_s']:.0f}", f"{r['useful_gflop_per_s_settled']:.1f}",
+                     f"{r['gemm_gflop_per_s']:.1f}",
                      f"{r['useful_gemm_fraction']:.1%}",
                      f"{r['useful_gemm_fraction_wall']:.1%}, {r['useful_gemm_fraction_cpu']:.1%}",
                      f"{r['pipeline_wall_s_best']:.2f}", f"{r['speedup_vs_pipeline']:.2f}x",
                      f"{r['speedup_vs_pipeline_eager']:.2f}x" if r["speedup_vs_pipeline_eager"] else "-",
                      r.get("peak_rss_mb", "-"),
-                     "identical" if lv["bit_identical"] else f"{lv['rows_differing']} rows, max {lv['max_abs_diff']:.1e}",
+                     "identical" if lv["bit_identical"]
+                     else f"{lv['rows_differing']} rows, max {lv['max_abs_diff']:.1e}",
                      f"{min(r['load_avg']):.1f}-{max(r['load_avg']):.1f}"])
     print(fmt_table(headers, rows))
     print("wall: best full pass (tokenise, batch, forward, both pools); settled: sum over batches of each batch's\n"
@@ -537,7 +546,8 @@ def main(argv: list[str] | None = None) -> int:
         "speedup_vs_pipeline": head["speedup_vs_pipeline"],
         "peak_rss_mb": head.get("peak_rss_mb"),
         "rows_per_s": head["rows_per_s"],
-        "logits_identical_across_threads": all(r["logits_vs_protocol_threads"]["bit_identical"] for r in results.values()),
+        "logits_identical_across_threads": all(r["logits_vs_protocol_threads"]["bit_identical"]
+                                               for r in results.values()),
         "formal_predictions_identical_across_threads": formal_identical if len(formal) > 1 else None,
         "targets": {"useful_gemm_fraction": 0.85, "useful_gemm_fraction_stretch": 0.90,
                     "speedup_vs_pipeline": 1.5, "peak_rss_mb": 700},

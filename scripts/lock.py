@@ -6,8 +6,8 @@
     python3.11 scripts/lock.py --upgrade-package rich --upgrade-package numpy
     python3.11 scripts/lock.py --check            # exit 1 if the files on disk would change
 
-Target: CPython 3.11 on linux x86_64 (glibc >= 2.34: cryptography is manylinux_2_34), runtime wheels only. Run it with such an
-interpreter (the host's python3.11); its pip configuration must reach the CPU torch wheel
+Target: CPython 3.11 on linux x86_64 (glibc >= 2.34: cryptography is manylinux_2_34), runtime wheels only.
+Run it with such an interpreter (the host's python3.11); its pip configuration must reach the CPU torch wheel
 (find-links /opt/wheels here). torch is pinned to the ``+cpu`` local version, so pip can never
 fall back to the multi-GB CUDA build from PyPI.
 

@@ -14,7 +14,8 @@ import pyarrow.parquet as pq
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_FIXTURES = REPO.parent / "shared" / "fixtures"
-WORDS = ["good", "great", "fine", "bad", "awful", "dull", "movie", "film", "plot", "actor", "story", "funny", "boring", "warm", "cold", "charming", "bleak", "smart", "silly", "moving", "flat", "lovely", "tedious", "bright", "dark"]
+WORDS = ["good", "great", "fine", "bad", "awful", "dull", "movie", "film", "plot", "actor", "story", "funny", "boring",
+         "warm", "cold", "charming", "bleak", "smart", "silly", "moving", "flat", "lovely", "tedious", "bright", "dark"]
 
 
 def sha256(path: Path) -> str:

@@ -117,8 +117,9 @@ def test_a_label_map_that_is_not_a_bijection_is_refused_on_load(tmp_path):
 
     protocol, _ = make_any_world(tmp_path, arch="bert", k=3, fmt="parquet", paired=False, sizes=(2, 12, 12))
     twice = edited_json(protocol, tmp_path / "twice.json",
-                        lambda d: d["label_map"]["pairs"][0].update(dataset_label=d["label_map"]["pairs"][1]["dataset_label"],
-                                                                    model_label=d["label_map"]["pairs"][1]["model_label"]))
+                        lambda d: d["label_map"]["pairs"][0].update(
+                            dataset_label=d["label_map"]["pairs"][1]["dataset_label"],
+                            model_label=d["label_map"]["pairs"][1]["model_label"]))
     with pytest.raises(JobError, match="one-to-one"):
         load_protocol(twice)
 

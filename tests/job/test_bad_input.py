@@ -65,8 +65,10 @@ def test_hash_mismatch_in_lock(tmp_path, tiny_world, signing_key_dir, capsys):
 
 @pytest.mark.parametrize("mutate,fragment", [
     (lambda t: t.rename_columns(["idx", "text", "label"]), "column 'sentence' is missing"),
-    (lambda t: t.set_column(0, "idx", pa.array(t.column("idx").to_numpy().astype("int64"))), "column 'idx' is int64, expected int32"),
-    (lambda t: t.set_column(2, "label", pa.array([5] + t.column("label").to_pylist()[1:], pa.int64())), "label values [5]"),
+    (lambda t: t.set_column(0, "idx", pa.array(t.column("idx").to_numpy().astype("int64"))),
+     "column 'idx' is int64, expected int32"),
+    (lambda t: t.set_column(2, "label", pa.array([5] + t.column("label").to_pylist()[1:], pa.int64())),
+     "label values [5]"),
     (lambda t: t.set_column(0, "idx", pa.array([0] + t.column("idx").to_pylist()[:-1], pa.int32())), "duplicate idx"),
     (lambda t: t.slice(0, t.num_rows - 1), "rows, expected"),
 ])

@@ -68,7 +68,8 @@ def test_standin_run_is_labelled_other_and_fits_an_overconfident_model(two_runs)
 def test_no_sentence_text_in_the_bundle(two_runs):
     import pyarrow.parquet as pq
 
-    sentences = pq.read_table(SHARED_FIXTURES / "sst2" / "validation-00000-of-00001.parquet").column("sentence").to_pylist()
+    table = pq.read_table(SHARED_FIXTURES / "sst2" / "validation-00000-of-00001.parquet")
+    sentences = table.column("sentence").to_pylist()
     probes = [s.strip().encode() for s in sentences if len(s.strip()) > 25][:50]
     for path in two_runs[0].rglob("*"):
         if path.is_file():
