@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import sys
 from pathlib import Path
 
@@ -19,8 +20,8 @@ from verify.result import EXIT_UNREADABLE, InputError
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        print(f"verify: {message}", file=sys.stderr)
+        # One line, like every other error: the usage spans several and is one --help away.
+        print(f"verify: {message}; see python -m verify --help.", file=sys.stderr)
         raise SystemExit(EXIT_UNREADABLE)
 
 
@@ -50,6 +51,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trusted-reproducer", metavar="PUB.pem", action="append", default=[],
                    help="an Ed25519 public key whose reproduction attestations count; repeatable")
     return p
+
+
+def _write_report(path: Path, text: str) -> None:
+    """Write the JSON report to `path`. Opened non-blocking so that a FIFO nobody reads fails
+    (ENXIO) instead of hanging; a name that is not UTF-8 (from the bag or the command line) is a
+    lone surrogate inside a JSON string, written as its JSON escape (backslashreplace)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NONBLOCK", 0), 0o666)
+    os.set_blocking(fd, True)
+    with open(fd, "w", encoding="utf-8", errors="backslashreplace") as out:
+        out.write(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sys.stdout.write(report.table(outcome))
         if args.json is not None:
-            args.json.write_text(report.dumps_report(outcome), encoding="utf-8")
-    except (OSError, UnicodeError) as exc:
+            _write_report(args.json, report.dumps_report(outcome))
+    except (OSError, UnicodeError, ValueError) as exc:
         print(f"verify: cannot write the report{f' to {args.json}' if args.json else ''} "
               f"({limits.describe(exc)}); choose another path.", file=sys.stderr)
         return EXIT_UNREADABLE
