@@ -18,10 +18,17 @@ from verify.context import Trust
 from verify.result import EXIT_UNREADABLE, InputError
 
 
+def _say(message: str) -> None:
+    """One line on stderr. A name from the command line may hold a newline or bytes that are not
+    UTF-8: non-printable characters are escaped, so the error stays one line the terminal shows."""
+    text = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in message)
+    print(f"verify: {text}", file=sys.stderr)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         # One line, like every other error: the usage spans several and is one --help away.
-        print(f"verify: {message}; see python -m verify --help.", file=sys.stderr)
+        _say(f"{message}; see python -m verify --help.")
         raise SystemExit(EXIT_UNREADABLE)
 
 
@@ -93,20 +100,20 @@ def main(argv: list[str] | None = None) -> int:
         outcome = verify_path(args.bundle, trust, expected_protocol_sha256=expected,
                               attestations=attestations, reproducers=reproducers)
     except InputError as exc:
-        print(f"verify: {exc}", file=sys.stderr)
+        _say(str(exc))
         return EXIT_UNREADABLE
     except (OSError, UnicodeError, MemoryError, RecursionError) as exc:
         # The input's edges (names the filesystem refuses, a full disk, memory): one sentence.
-        print(f"verify: {args.bundle} cannot be verified ({limits.describe(exc)}); pass the "
-              "bag folder or .tar.gz the job wrote, on a disk with free space.", file=sys.stderr)
+        _say(f"{args.bundle} cannot be verified ({limits.describe(exc)}); pass the bag folder or "
+             ".tar.gz the job wrote, on a disk with free space.")
         return EXIT_UNREADABLE
     try:
         sys.stdout.write(report.table(outcome))
         if args.json is not None:
             _write_report(args.json, report.dumps_report(outcome))
     except (OSError, UnicodeError, ValueError) as exc:
-        print(f"verify: cannot write the report{f' to {args.json}' if args.json else ''} "
-              f"({limits.describe(exc)}); choose another path.", file=sys.stderr)
+        _say(f"cannot write the report{f' to {args.json}' if args.json else ''} "
+             f"({limits.describe(exc)}); choose another path.")
         return EXIT_UNREADABLE
     return outcome.exit_code
 
