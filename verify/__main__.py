@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import sys
 from pathlib import Path
 
@@ -17,10 +18,17 @@ from verify.context import Trust
 from verify.result import EXIT_UNREADABLE, InputError
 
 
+def _say(message: str) -> None:
+    """One line on stderr. A name from the command line may hold a newline or bytes that are not
+    UTF-8: non-printable characters are escaped, so the error stays one line the terminal shows."""
+    text = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in message)
+    print(f"verify: {text}", file=sys.stderr)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        print(f"verify: {message}", file=sys.stderr)
+        # One line, like every other error: the usage spans several and is one --help away.
+        _say(f"{message}; see python -m verify --help.")
         raise SystemExit(EXIT_UNREADABLE)
 
 
@@ -50,6 +58,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trusted-reproducer", metavar="PUB.pem", action="append", default=[],
                    help="an Ed25519 public key whose reproduction attestations count; repeatable")
     return p
+
+
+def _write_report(path: Path, text: str) -> None:
+    """Write the JSON report to `path`. Opened non-blocking so that a FIFO nobody reads fails
+    (ENXIO) instead of hanging; a name that is not UTF-8 (from the bag or the command line) is a
+    lone surrogate inside a JSON string, written as its JSON escape (backslashreplace)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NONBLOCK", 0), 0o666)
+    os.set_blocking(fd, True)
+    with open(fd, "w", encoding="utf-8", errors="backslashreplace") as out:
+        out.write(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,20 +100,20 @@ def main(argv: list[str] | None = None) -> int:
         outcome = verify_path(args.bundle, trust, expected_protocol_sha256=expected,
                               attestations=attestations, reproducers=reproducers)
     except InputError as exc:
-        print(f"verify: {exc}", file=sys.stderr)
+        _say(str(exc))
         return EXIT_UNREADABLE
     except (OSError, UnicodeError, MemoryError, RecursionError) as exc:
         # The input's edges (names the filesystem refuses, a full disk, memory): one sentence.
-        print(f"verify: {args.bundle} cannot be verified ({limits.describe(exc)}); pass the "
-              "bag folder or .tar.gz the job wrote, on a disk with free space.", file=sys.stderr)
+        _say(f"{args.bundle} cannot be verified ({limits.describe(exc)}); pass the bag folder or "
+             ".tar.gz the job wrote, on a disk with free space.")
         return EXIT_UNREADABLE
     try:
         sys.stdout.write(report.table(outcome))
         if args.json is not None:
-            args.json.write_text(report.dumps_report(outcome), encoding="utf-8")
-    except (OSError, UnicodeError) as exc:
-        print(f"verify: cannot write the report{f' to {args.json}' if args.json else ''} "
-              f"({limits.describe(exc)}); choose another path.", file=sys.stderr)
+            _write_report(args.json, report.dumps_report(outcome))
+    except (OSError, UnicodeError, ValueError) as exc:
+        _say(f"cannot write the report{f' to {args.json}' if args.json else ''} "
+             f"({limits.describe(exc)}); choose another path.")
         return EXIT_UNREADABLE
     return outcome.exit_code
 

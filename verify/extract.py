@@ -77,6 +77,15 @@ def _check_end(tar: tarfile.TarFile, archive: Path) -> None:
                      "refusing it.") from exc
 
 
+def _check_room(exc: OSError, name: str) -> None:
+    """InputError (exit 2) when `exc` says the temporary folder is full or read-only: the
+    machine's problem, not the archive's."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+        raise InputError(f"the temporary folder is full or read-only while extracting "
+                         f"{name!r} ({exc.strerror}); free space or set TMPDIR to a folder "
+                         "with room.") from exc
+
+
 def _write(target: Path, data: bytes, name: str) -> None:
     """Write a member's bytes as a new file with this process's default mode (0600 at most)."""
     try:
@@ -85,10 +94,7 @@ def _write(target: Path, data: bytes, name: str) -> None:
         with os.fdopen(fd, "wb") as out:
             out.write(data)
     except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
-            raise InputError(f"the temporary folder is full or read-only while extracting "
-                             f"{name!r} ({exc.strerror}); free space or set TMPDIR to a folder "
-                             "with room.") from exc
+        _check_room(exc, name)
         raise Failed(f"archive member {name!r} cannot be written ({exc.strerror}); the archive "
                      "was not written by the job.") from exc
 
@@ -137,6 +143,7 @@ def extract_archive(archive: Path, dest: Path) -> str:
                     try:
                         target.mkdir(mode=0o700, parents=True, exist_ok=True)
                     except OSError as exc:
+                        _check_room(exc, member.name)
                         raise Failed(f"archive folder {member.name!r} clashes with a file of the "
                                      f"same name ({exc.strerror}).") from exc
                     continue
@@ -150,6 +157,7 @@ def extract_archive(archive: Path, dest: Path) -> str:
                 try:
                     target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
                 except OSError as exc:
+                    _check_room(exc, member.name)
                     raise Failed(f"archive member {member.name!r} goes through a path that is "
                                  f"not a folder ({exc.strerror}).") from exc
                 if not os.path.realpath(target).startswith(os.path.realpath(dest) + os.sep):

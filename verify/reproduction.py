@@ -19,9 +19,9 @@ from bundle import layout
 from bundle.canonical import loads_strict
 from bundle.errors import CanonicalJSONError
 from bundle.keys import fingerprint
-from verify import schemacheck, signature
+from verify import limits, schemacheck, signature
 from verify.context import Attestation, Context
-from verify.result import EXIT_OK, EXIT_UNTRUSTED, Failed, InputError
+from verify.result import EXIT_OK, EXIT_UNTRUSTED, Failed
 
 MAX_ATTESTATION_BYTES: Final = 1024 * 1024
 """An attestation is a few kB (a sampled one lists its rows); anything far larger is refused unread."""
@@ -29,15 +29,8 @@ MAX_ATTESTATION_BYTES: Final = 1024 * 1024
 
 def load_attestation(path: str) -> Attestation:
     """The bytes of an attestation file given on the command line; InputError when unusable."""
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_ATTESTATION_BYTES + 1)
-    except OSError as exc:
-        raise InputError(f"the reproduction attestation {path} cannot be read ({exc.strerror}); pass "
-                         "the file `python -m job reproduce` wrote.") from exc
-    if len(data) > MAX_ATTESTATION_BYTES:
-        raise InputError(f"the reproduction attestation {path} is over {MAX_ATTESTATION_BYTES} bytes; "
-                         "an attestation is a few kB, so this is not one.")
+    # A FIFO or a device (/dev/zero) is refused, never waited on or read without end.
+    data = limits.read_small_file(path, "the reproduction attestation", MAX_ATTESTATION_BYTES)
     return Attestation(path, data)
 
 

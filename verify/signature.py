@@ -20,7 +20,7 @@ from bundle.canonical import loads_strict
 from bundle.dsse import pae
 from bundle.errors import CanonicalJSONError
 from bundle.keys import fingerprint
-from verify import bag, schemacheck
+from verify import bag, limits, schemacheck
 from verify.context import Context
 from verify.documents import Envelope, Signature
 from verify.result import Failed, InputError, Skipped
@@ -37,14 +37,14 @@ def load_public_key_pem(data: bytes, source: str) -> Ed25519PublicKey:
     return key
 
 
+MAX_TRUSTED_KEY_BYTES: Final = 64 * 1024
+"""A public key PEM is a few hundred bytes; a larger file is refused unread."""
+
+
 def load_trusted_key(path: str) -> Ed25519PublicKey:
     """The user's trust anchor, an Ed25519 public key PEM file; InputError when unusable."""
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(64 * 1024)
-    except OSError as exc:
-        raise InputError(f"the trusted key {path} cannot be read ({exc.strerror}); pass the "
-                         "signer's public key PEM.") from exc
+    # Read like any file named on the command line: a FIFO or a device is refused, never waited on.
+    data = limits.read_small_file(path, "the trusted key", MAX_TRUSTED_KEY_BYTES)
     if b"PRIVATE KEY-----" in data:
         raise InputError(f"the trusted key {path} holds a private key; pass the signer's public "
                          "key PEM and keep the private key secret.")
