@@ -16,6 +16,8 @@ from typing import Any, Self
 
 import psutil
 
+from bundle.views import RENDERER_PACKAGE, RENDERER_VERSION
+
 PACKAGES = ("torch", "transformers", "tokenizers", "huggingface_hub", "safetensors", "numpy",
             "pyarrow", "jsonschema", "cryptography", "psutil", "tqdm", "matplotlib")
 ENV_VARS = ("PYTHONHASHSEED", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "HF_HUB_OFFLINE",
@@ -111,7 +113,9 @@ def environment_record(torch_info: dict[str, Any], clock: StageClock, peak_rss_m
                        forward_check: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything about where and how the run happened; varies between machines and runs.
 
-    forward_check: job.forward_check's record when the packed forward ran (omitted otherwise)."""
+    forward_check: job.forward_check's record when the packed forward ran (omitted otherwise).
+    `packages` also names the renderer of the views (bundle.views), so that a verifier knows
+    whether it draws them the same way."""
     record = {
         "python": sys.version.split()[0],
         "implementation": platform.python_implementation(),
@@ -120,7 +124,7 @@ def environment_record(torch_info: dict[str, Any], clock: StageClock, peak_rss_m
         "machine": platform.machine(),
         "cpu_model": cpu_model(),
         "logical_cores": os.cpu_count() or 0,
-        "packages": {name: _version(name) for name in PACKAGES},
+        "packages": {**{name: _version(name) for name in PACKAGES}, RENDERER_PACKAGE: RENDERER_VERSION},
         "torch": torch_info,
         "env": {name: os.environ.get(name) for name in ENV_VARS},
         "image": os.environ.get("CALIBRATION_IMAGE"),
