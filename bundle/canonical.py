@@ -2,18 +2,26 @@
 
 `dumps` accepts only plain JSON types (dict with str keys, list, tuple, str, int, float, bool,
 None) and refuses anything else, numpy scalars included, so that what is written is exactly what
-the caller meant. `loads_strict` refuses duplicate keys and NaN/Infinity.
+the caller meant. `loads_strict` refuses duplicate keys and NaN/Infinity, and bounds what it
+reads: at most MAX_JSON_BYTES (or the caller's `max_bytes`) and MAX_JSON_DEPTH levels of arrays
+and objects, so that no later recursive walk of a document read from outside can exhaust the
+stack.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from typing import Any, NoReturn
+from typing import Any, Final, NoReturn
 
 from bundle.errors import CanonicalJSONError
 
 _SCALARS = (str, int, float, bool, type(None))
+
+MAX_JSON_BYTES: Final = 64 * 1024 * 1024
+"""The longest document `loads_strict` parses unless the caller passes a smaller `max_bytes`."""
+MAX_JSON_DEPTH: Final = 64
+"""Nesting of arrays and objects; the format's documents nest at most 8 levels."""
 
 
 def _where(path: str, source: str | None) -> str:
@@ -72,8 +80,35 @@ def _parse_float(text: str) -> float:
     return value
 
 
-def loads_strict(data: bytes | str, *, source: str = "The document") -> Any:
-    """Parse strict JSON: UTF-8, no duplicate keys, no NaN/Infinity; raise CanonicalJSONError."""
+def _depth(doc: Any) -> int:
+    """The nesting depth of a parsed document (a scalar: 0), without recursion."""
+    deepest = 0
+    stack = [(doc, 1)]
+    while stack:
+        node, level = stack.pop()
+        if type(node) is dict:
+            children: Any = node.values()
+        elif type(node) is list:
+            children = node
+        else:
+            continue
+        if level > deepest:
+            deepest = level
+            if deepest > MAX_JSON_DEPTH:
+                return deepest
+        stack.extend((child, level + 1) for child in children if type(child) in (dict, list))
+    return deepest
+
+
+def loads_strict(data: bytes | str, *, source: str = "The document",
+                 max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """Parse strict JSON: UTF-8, no duplicate keys, no NaN/Infinity, at most `max_bytes` long
+    and MAX_JSON_DEPTH deep; raise CanonicalJSONError."""
+    if len(data) > max_bytes:
+        raise CanonicalJSONError(
+            f"{source} is {len(data):,} {'bytes' if isinstance(data, bytes) else 'characters'} "
+            f"long, over the {max_bytes:,} allowed; it is not a file the job wrote."
+        )
     if isinstance(data, bytes):
         try:
             text = data.decode("utf-8")
@@ -95,7 +130,7 @@ def loads_strict(data: bytes | str, *, source: str = "The document") -> Any:
         return out
 
     try:
-        return json.loads(
+        doc = json.loads(
             text, object_pairs_hook=pairs, parse_constant=_reject_constant, parse_float=_parse_float
         )
     except json.JSONDecodeError as exc:
@@ -109,6 +144,12 @@ def loads_strict(data: bytes | str, *, source: str = "The document") -> Any:
         ) from exc
     except RecursionError as exc:
         raise CanonicalJSONError(f"{source} is nested too deeply to parse; regenerate it.") from exc
+    if _depth(doc) > MAX_JSON_DEPTH:
+        raise CanonicalJSONError(
+            f"{source} nests arrays and objects deeper than {MAX_JSON_DEPTH} levels; it is not a "
+            "file the job wrote."
+        )
+    return doc
 
 
 def require_canonical(data: bytes, *, source: str) -> Any:

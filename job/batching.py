@@ -20,15 +20,19 @@ class Encoded:
         return np.array([len(i) for i in self.ids], dtype=np.int64)
 
 
-def encode(tokenizer: Any, texts: Sequence[str], max_length: int) -> Encoded:
-    """Token ids with special tokens, truncated to max_length; flags the rows that were cut."""
-    full = tokenizer(list(texts), add_special_tokens=True, truncation=False, verbose=False)["input_ids"]
+def encode(tokenizer: Any, texts: Sequence[str], max_length: int, pairs: Sequence[str] | None = None) -> Encoded:
+    """Token ids with special tokens, truncated to max_length; flags the rows that were cut.
+
+    With `pairs`, row i is the pair (texts[i], pairs[i]), tokenised as the model's tokenizer joins
+    pairs (`tokenizer(texts, pairs, truncation=True, max_length=...)` for the rows that are cut)."""
+    second = None if pairs is None else list(pairs)
+    full = tokenizer(list(texts), second, add_special_tokens=True, truncation=False, verbose=False)["input_ids"]
     truncated = np.array([len(x) > max_length for x in full], dtype=bool)
     ids = [tuple(x) for x in full]
     if truncated.any():
         cut_rows = [i for i in range(len(texts)) if truncated[i]]
-        cut = tokenizer([texts[i] for i in cut_rows], add_special_tokens=True, truncation=True,
-                        max_length=max_length)["input_ids"]
+        cut = tokenizer([texts[i] for i in cut_rows], None if second is None else [second[i] for i in cut_rows],
+                        add_special_tokens=True, truncation=True, max_length=max_length)["input_ids"]
         for i, x in zip(cut_rows, cut, strict=True):
             ids[i] = tuple(x)
     return Encoded(tuple(ids), truncated)

@@ -62,6 +62,8 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--sample", type=int, metavar="N", help="spot check: compare N rows drawn with --seed")
     rep.add_argument("--seed", type=int, metavar="S", help="seed of the spot check's draw (PCG64)")
     rep.add_argument("--no-progress", action="store_true", help="no progress bar")
+    from job.init import add_arguments
+    add_arguments(sub.add_parser("init", help="write a protocol for a model and dataset split pinned at commits"))
     return p
 
 
@@ -96,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "reproduce":
             return _reproduce(args)
+        if args.command == "init":
+            from job.init import run_init
+            return run_init(args)
         protocol = load_protocol(args.protocol)
         if args.command == "prepare":
             res = _resources(args, protocol, pins_out=args.pins_out)

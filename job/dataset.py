@@ -1,66 +1,168 @@
-"""The evaluation rows: read from the pinned parquet and checked against the protocol."""
+"""The evaluation rows: read from the pinned data files and checked against the protocol.
+
+How a file is read is the protocol's dataset section (`DatasetSpec`): its format (Parquet, JSON
+lines or CSV), the id column (or the row number when the dataset has none), one text column or a
+pair, and the label column. Every field is optional; the defaults are the SST-2 layout (Parquet,
+`idx`, `sentence`, `label`), so a protocol that names none of them reads exactly as before."""
 
 from __future__ import annotations
 
 import hashlib
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
 from job.errors import JobError
+
+FORMATS = ("parquet", "jsonl", "csv")
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """How to read the rows: `resources.dataset` fields `format`, `id_column` (null: the row number,
+    0-based over the data files in listed order), `text_column`, `text_pair_column` (null: one text
+    per row) and `label_column`."""
+
+    format: str = "parquet"
+    id_column: str | None = "idx"
+    text_column: str = "sentence"
+    text_pair_column: str | None = None
+    label_column: str = "label"
+
+    @classmethod
+    def from_protocol(cls, section: dict[str, Any]) -> DatasetSpec:
+        d = cls()
+        spec = cls(format=str(section.get("format", d.format)),
+                   id_column=section.get("id_column", d.id_column),
+                   text_column=str(section.get("text_column", d.text_column)),
+                   text_pair_column=section.get("text_pair_column", d.text_pair_column),
+                   label_column=str(section.get("label_column", d.label_column)))
+        if spec.format not in FORMATS:
+            raise JobError(f"The protocol's dataset format is {spec.format!r}; use one of {', '.join(FORMATS)}.")
+        return spec
+
+    @property
+    def paired(self) -> bool:
+        return self.text_pair_column is not None
 
 
 @dataclass(frozen=True)
 class Rows:
     ids: NDArray[np.int64]
     texts: tuple[str, ...]
-    labels: NDArray[np.int64]
+    labels: NDArray[np.int64]  # index into the dataset's label names
     text_sha256: tuple[str, ...]
+    pairs: tuple[str, ...] | None = None  # the second text of each row, for pair datasets
 
     def __len__(self) -> int:
         return len(self.texts)
 
+    def inputs(self, positions: Sequence[int]) -> tuple[list[str], list[str] | None]:
+        """The texts (and second texts, for pairs) of the rows at `positions`, in that order."""
+        texts = [self.texts[p] for p in positions]
+        return texts, None if self.pairs is None else [self.pairs[p] for p in positions]
 
-def load_rows(path: Path, spec: dict[str, Any]) -> Rows:
-    """Read the parquet and check columns, types, labels, row count and unique ids per `spec`."""
+
+def text_hash(text: str, pair: str | None = None) -> str:
+    """sha256 hex of the row's text: of its UTF-8 bytes for one text; for a pair, of the UTF-8 bytes
+    of the JSON array [text, pair] written with separators (",", ":") and non-ASCII kept as is."""
+    if pair is None:
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return hashlib.sha256(json.dumps([text, pair], ensure_ascii=False, separators=(",", ":"))
+                          .encode("utf-8")).hexdigest()
+
+
+def read_table(path: Path, fmt: str) -> pa.Table:
+    """One data file as an Arrow table, by the protocol's format."""
     try:
-        table = pq.read_table(path)
+        if fmt == "jsonl":
+            import pyarrow.json as pj
+            return pj.read_json(path)
+        if fmt == "csv":
+            import pyarrow.csv as pc
+            return pc.read_csv(path)
+        import pyarrow.parquet as pq
+        return pq.read_table(path)
     except (OSError, pa.ArrowInvalid) as exc:
-        raise JobError(f"Cannot read the dataset {path} as Parquet ({exc}); check the file.") from exc
-    want = spec["columns"]
+        raise JobError(f"Cannot read the dataset {path} as {fmt} ({exc}); check the file and the protocol's "
+                       "dataset format.") from exc
+
+
+def _concat(paths: Sequence[Path], fmt: str) -> pa.Table:
+    tables = [read_table(p, fmt) for p in paths]
+    if len(tables) == 1:
+        return tables[0]
+    try:
+        return pa.concat_tables(tables)
+    except pa.ArrowInvalid as exc:
+        raise JobError(f"The dataset's files have different columns ({exc}); pin files of one split.") from exc
+
+
+def _label_indices(column: pa.ChunkedArray, names: Sequence[str]) -> NDArray[np.int64]:
+    """Label values as indices into `names`: integers as they are, strings by their name."""
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        index = {n: i for i, n in enumerate(names)}
+        values = column.to_pylist()
+        unknown = sorted({v for v in values if v not in index}, key=str)
+        if unknown:
+            raise JobError(f"The dataset has label values {unknown[:5]} that are not among the protocol's "
+                           f"labels {list(names)}; list every label name in the protocol.")
+        return np.array([index[v] for v in values], dtype=np.int64)
+    return np.asarray(column.to_numpy(), dtype=np.int64)
+
+
+def load_rows(path: Path | Sequence[Path], spec: dict[str, Any], reading: DatasetSpec | None = None) -> Rows:
+    """Read the data files (in order) and check columns, types, labels, row count and unique ids per
+    `spec` (rows, columns, labels), reading them as `reading` says (default: the SST-2 layout)."""
+    r = reading or DatasetSpec()
+    table = _concat([path] if isinstance(path, Path) else list(path), r.format)
     found = {f.name: str(f.type) for f in table.schema}
-    for name, dtype in want.items():
+    for name, dtype in spec["columns"].items():
         if found.get(name) != dtype:
             got = found.get(name, "missing")
-            raise JobError(
-                f"Dataset column {name!r} is {got}, expected {dtype} as pinned; "
-                "use the pinned SST-2 validation file."
-            )
+            raise JobError(f"Dataset column {name!r} is {got}, expected {dtype} as pinned; "
+                           "use the pinned dataset file.")
+    needed = [c for c in (r.id_column, r.text_column, r.text_pair_column, r.label_column) if c is not None]
+    absent = [c for c in needed if c not in found]
+    if absent:
+        raise JobError(f"The dataset has no column {absent[0]!r}, which the protocol reads; found "
+                       f"{sorted(found)}: fix the protocol's dataset columns.")
     if table.num_rows != spec["rows"]:
-        raise JobError(
-            f"The dataset has {table.num_rows} rows, expected {spec['rows']} as pinned; "
-            "use the pinned SST-2 validation file."
-        )
-    ids = table.column("idx").to_numpy().astype(np.int64)
-    labels = table.column("label").to_numpy().astype(np.int64)
-    texts = tuple(table.column("sentence").to_pylist())
-    if any(t is None for t in texts):
-        raise JobError("The dataset has a missing sentence; use the pinned SST-2 validation file.")
+        raise JobError(f"The dataset has {table.num_rows} rows, expected {spec['rows']} as pinned; "
+                       "use the pinned dataset file.")
+    if r.id_column is None:
+        ids = np.arange(table.num_rows, dtype=np.int64)
+    else:
+        id_col = table.column(r.id_column)
+        if not pa.types.is_integer(id_col.type) or id_col.null_count:
+            raise JobError(f"The dataset's id column {r.id_column!r} is {id_col.type}, not integers; set "
+                           "id_column to null in the protocol to use the row number instead.")
+        ids = id_col.to_numpy().astype(np.int64)
+        if len(ids) and ids.min() < 0:
+            raise JobError(f"The dataset's id column {r.id_column!r} holds negative values; ids must be "
+                           "0 or more, or set id_column to null to use the row number.")
+    names = list(spec["labels"])
+    labels = _label_indices(table.column(r.label_column), names)
+    texts = tuple(table.column(r.text_column).to_pylist())
+    pairs = tuple(table.column(r.text_pair_column).to_pylist()) if r.text_pair_column is not None else None
+    for column, values in ((r.text_column, texts), (r.text_pair_column, pairs)):
+        if values is not None and any(not isinstance(t, str) for t in values):
+            raise JobError(f"The dataset's text column {column!r} has a missing or non-text value; "
+                           "use the pinned dataset file.")
     unique, counts = np.unique(ids, return_counts=True)
     if (counts > 1).any():
         dup = unique[counts > 1][:5].tolist()
-        raise JobError(f"The dataset has duplicate idx values {dup}; every row needs a unique idx.")
-    n_labels = len(spec["labels"])
-    bad = sorted(set(labels.tolist()) - set(range(n_labels)))
+        raise JobError(f"The dataset has duplicate {r.id_column} values {dup}; every row needs a unique id, "
+                       "or set id_column to null to use the row number.")
+    bad = sorted(set(labels.tolist()) - set(range(len(names))))
     if bad:
-        raise JobError(
-            f"The dataset has label values {bad[:5]} outside 0..{n_labels - 1} "
-            f"({', '.join(spec['labels'])}); use the pinned file."
-        )
-    hashes = tuple(hashlib.sha256(t.encode("utf-8")).hexdigest() for t in texts)
-    return Rows(ids=ids, texts=texts, labels=labels, text_sha256=hashes)
+        raise JobError(f"The dataset has label values {bad[:5]} outside 0..{len(names) - 1} "
+                       f"({', '.join(names)}); use the pinned file.")
+    hashes = tuple(text_hash(t, None if pairs is None else pairs[i]) for i, t in enumerate(texts))
+    return Rows(ids=ids, texts=texts, labels=labels, text_sha256=hashes, pairs=pairs)

@@ -113,7 +113,8 @@ def environment_record(torch_info: dict[str, Any], clock: StageClock, peak_rss_m
                        forward_check: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything about where and how the run happened; varies between machines and runs.
 
-    forward_check: job.forward_check's record when the packed forward ran (omitted otherwise).
+    forward_check: job.forward_check's record when the packed forward ran (omitted otherwise): the
+    bit-equal batch without padding and the differences on the first padded batch.
     `packages` also names the renderer of the views (bundle.views), so that a verifier knows
     whether it draws them the same way."""
     record = {

@@ -1,70 +1,162 @@
 """Proof of the packed forward on the weights that run: its logits against transformers' own.
 
-The job's packed DistilBERT forward is a re-implementation; a run trusts its logits only because
-they equal, bit for bit, those of transformers' DistilBertForSequenceClassification with eager
-attention. Every run and smoke test re-establishes that on the model it actually loaded: the first
-rows of its calibration pool go, as one right-padded batch, through both forwards, and the run
-stops unless the float32 logits are identical.
+The job's packed DistilBERT forward is a re-implementation of transformers'
+DistilBertForSequenceClassification with eager attention. Every run and smoke test checks it on the
+model it actually loaded, against that model loaded by transformers' from_pretrained, on two batches
+of the pool's rows:
 
-The batch compared is the pool's first batch exactly as inference ran it (the protocol's order and
-padding): the packed and padded forwards hand their linear layers matrices of different heights,
-and with more than one thread the GEMM's summation order can depend on that height, so the same
-rows in another batch are a different computation."""
+* A batch without padding: the first rows in the protocol's batch order, each cut to the shortest
+  length among them, attention mask all ones. There the packed forward's [tokens, dim] matrices
+  have exactly the rows of transformers' [batch, longest, dim] ones, so both run the same operations
+  on the same shapes and values, and the float32 logits must be the same bits. This is what can be
+  proven bit for bit: the packed forward is transformers' arithmetic on the loaded weights.
+* The pool's first batch exactly as inference ran it (right-padded). Here the GEMMs differ in height
+  (real tokens against batch * longest) and MKL's sgemm may round a row differently depending on the
+  matrix height, even at one thread, so the logits may differ in the last bits. The largest absolute
+  difference and ulps are recorded; only a gross disagreement (a wrong weight, a wrong layer) stops
+  the run. The job's logits are the packed forward's: the protocol fixes the packed layout and the
+  batches, just as transformers' own logits for a row depend on which rows share its batch."""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
-from job.batching import batch_plan, encode, padded_batch
+from job.batching import Encoded, batch_plan, encode, padded_batch
 from job.errors import JobError
 from job.inference import Forward
 from job.model import Model, TransformersForward, load_transformers, model_directory
 from job.resources import ResolvedRepo
 from job.runtime import Settings, release_free_heap
 
+UNPADDED_ROWS = 8  # rows of the batch without padding (fewer when the pool is smaller)
+PADDED_BOUND = 1e-4  # largest absolute logit difference on a padded batch before the run stops
+_REPORT = "report it with the model and the torch and transformers versions"
 
-def compare_forwards(forward: Forward, reference: Forward, ids: Any, mask: Any) -> dict[str, Any]:
-    """Both forwards on one padded batch; the comparison record, or JobError unless the logits are
-    the same float32 bits (dtype, shape and every byte)."""
+
+def unpadded_batch(enc: Encoded, keys: Sequence[str], rows: int = UNPADDED_ROWS
+                   ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """(input_ids, attention_mask) [min(rows, n), shortest]: the first rows in the protocol's batch
+    order (longest first, ties by key), each cut to the shortest length among them; mask all ones."""
+    lengths = enc.lengths
+    chosen = batch_plan(lengths, keys, rows)[0]
+    width = int(lengths[chosen].min())
+    ids = np.array([enc.ids[i][:width] for i in chosen], dtype=np.int64)
+    return ids, np.ones_like(ids)
+
+
+def first_padded_batch(enc: Encoded, keys: Sequence[str], batch_size: int, pad_id: int
+                       ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """The pool's first batch exactly as inference runs it: protocol order, right-padded."""
+    lengths = enc.lengths
+    offsets = np.zeros(len(lengths), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=offsets[1:])
+    flat = np.fromiter(itertools.chain.from_iterable(enc.ids), dtype=np.int64, count=int(lengths.sum()))
+    return padded_batch(flat, offsets, lengths, batch_plan(lengths, keys, batch_size)[0], pad_id)
+
+
+def reference_forward(model_dir: Path) -> TransformersForward:
+    """transformers' eager forward of the model in `model_dir`, its classifier head reading the [CLS]
+    rows from a contiguous copy.
+
+    transformers hands pre_classifier the strided view hidden[:, 0] (row stride longest * dim); the
+    packed forward gathers the same rows into a contiguous [B, dim] matrix. Same values and shapes,
+    but with two or more threads MKL's sgemm rounds these two layouts differently (measured: up to
+    4.8e-7 on the stand-in logits, at 2 and 4 threads, never at 1). The copy makes the layouts match
+    and changes no value that enters the head; every other operation is transformers' own."""
+    model = load_transformers(model_dir, "eager")
+    model.pre_classifier.register_forward_pre_hook(lambda _module, args: (args[0].contiguous(), *args[1:]))
+    return TransformersForward(model)
+
+
+def _logits(forward: Forward, ids: NDArray[np.int64], mask: NDArray[np.int64]) -> NDArray[np.float32]:
     import torch
 
     with torch.inference_mode():
-        ours = np.asarray(forward(ids, mask).numpy())
-        theirs = np.asarray(reference(ids, mask).numpy())
-    same = ours.dtype == theirs.dtype == np.float32 and ours.shape == theirs.shape
-    if not (same and ours.tobytes() == theirs.tobytes()):
-        rows = (int((ours != theirs).any(axis=1).sum()) if ours.shape == theirs.shape else len(ids))
-        raise JobError(f"The job's packed forward and transformers' eager forward gave different logits for "
-                       f"{rows} of {len(ids)} calibration rows of this model, so the run stops without a bundle; "
-                       "report it with the model and the torch and transformers versions.")
-    return {"rows": len(ids), "identical": True, "forward": forward.name, "reference": reference.name}
+        out = np.asarray(forward(ids, mask).numpy())
+    if out.dtype != np.float32 or out.ndim != 2 or out.shape[0] != len(ids):
+        raise JobError(f"A forward gave logits of dtype {out.dtype} and shape {list(out.shape)} for {len(ids)} rows, "
+                       f"expected float32 [{len(ids)}, K]; {_REPORT}.")
+    return out
+
+
+def ulps(a: NDArray[np.float32], b: NDArray[np.float32]) -> NDArray[np.int64]:
+    """Distance between float32 values in units in the last place: how many representable floats
+    lie between them (0 for equal values, +0 and -0 included)."""
+    def ordered(x: NDArray[np.float32]) -> NDArray[np.int64]:
+        i = x.view(np.int32).astype(np.int64)
+        signed: NDArray[np.int64] = np.where(i < 0, -(i & 0x7FFFFFFF), i)
+        return signed
+
+    distance: NDArray[np.int64] = np.abs(ordered(a) - ordered(b))
+    return distance
+
+
+def compare_unpadded(forward: Forward, reference: Forward, ids: NDArray[np.int64],
+                     mask: NDArray[np.int64]) -> dict[str, Any]:
+    """Both forwards on a batch without padding; its record, or JobError unless the float32 logits
+    are the same bits (shape and every byte)."""
+    if not mask.all():
+        raise ValueError("compare_unpadded needs a batch without padding")
+    ours, theirs = _logits(forward, ids, mask), _logits(reference, ids, mask)
+    if ours.shape != theirs.shape or ours.tobytes() != theirs.tobytes():
+        rows = int((ours != theirs).any(axis=1).sum()) if ours.shape == theirs.shape else len(ids)
+        raise JobError(f"The job's packed forward and transformers' eager forward gave different logits for {rows} "
+                       f"of {len(ids)} calibration rows in a batch without padding, where they run the same "
+                       f"operations on the same shapes, so the run stops without a bundle; {_REPORT}.")
+    return {"rows": len(ids), "tokens_per_row": int(ids.shape[1]), "identical": True}
+
+
+def compare_padded(forward: Forward, reference: Forward, ids: NDArray[np.int64], mask: NDArray[np.int64],
+                   bound: float = PADDED_BOUND) -> dict[str, Any]:
+    """Both forwards on one right-padded batch; its record (largest absolute difference and ulps),
+    or JobError when some logit differs by more than `bound`."""
+    ours, theirs = _logits(forward, ids, mask), _logits(reference, ids, mask)
+    if ours.shape != theirs.shape:
+        raise JobError(f"The job's packed forward gave logits of shape {list(ours.shape)} and transformers' eager "
+                       f"forward {list(theirs.shape)} on the first calibration batch, so the run stops without a "
+                       f"bundle; {_REPORT}.")
+    diff = np.abs(ours.astype(np.float64) - theirs.astype(np.float64))
+    largest = float(diff.max()) if diff.size else 0.0
+    if not largest <= bound:  # also stops on NaN
+        raise JobError(f"The job's packed forward and transformers' eager forward gave logits up to {largest:.3g} "
+                       f"apart (bound {bound:g}) on the first calibration batch, so a weight or layer differs and "
+                       f"the run stops without a bundle; {_REPORT}.")
+    return {"rows": len(ids), "longest": int(ids.shape[1]), "tokens": int(mask.sum()),
+            "rows_differing": int((ours != theirs).any(axis=1).sum()), "max_abs_diff": largest,
+            "max_ulps": int(ulps(ours, theirs).max()) if diff.size else 0, "bound": bound}
+
+
+def compare_forwards(forward: Forward, reference: Forward, enc: Encoded, keys: Sequence[str],
+                     s: Settings, pad_id: int) -> dict[str, Any]:
+    """The check on encoded rows `enc` (pool order, `keys`): bit-equal logits on the batch without
+    padding, then the bounded comparison on the first padded batch. JobError when either fails."""
+    unpadded = compare_unpadded(forward, reference, *unpadded_batch(enc, keys))
+    padded = compare_padded(forward, reference, *first_padded_batch(enc, keys, s.batch_size, pad_id))
+    return {"forward": forward.name, "reference": reference.name, "unpadded": unpadded, "padded": padded}
 
 
 def check_packed_forward(model: Model, repo: ResolvedRepo, s: Settings, texts: Sequence[str],
                          keys: Sequence[str]) -> dict[str, Any] | None:
-    """Compare model.forward with transformers' eager forward of the same checked files on the first
-    batch of the pool (`texts`, `keys` in pool order) in the protocol's order and padding; None when
-    model.forward is transformers' own. Reads no RNG and leaves threads as they are."""
+    """Compare model.forward with transformers' eager forward of the same checked files on rows of
+    the pool (`texts`, `keys` in pool order), as compare_forwards does; None when model.forward is
+    transformers' own. Reads no RNG and leaves threads as they are."""
     if not model.packed:
         return None
     enc = encode(model.tokenizer, texts, s.max_length)
-    lengths = enc.lengths
-    offsets = np.concatenate([[0], np.cumsum(lengths[:-1])]).astype(np.int64)
-    flat = np.fromiter(itertools.chain.from_iterable(enc.ids), dtype=np.int64, count=int(lengths.sum()))
-    rows = batch_plan(lengths, keys, s.batch_size)[0]
-    ids, mask = padded_batch(flat, offsets, lengths, rows, model.pad_id)
     try:
         with model_directory(repo) as model_dir:
-            reference = TransformersForward(load_transformers(model_dir, "eager"))
+            reference = reference_forward(model_dir)
     except (OSError, ValueError) as exc:
         raise JobError(f"transformers cannot load the model to check the packed forward against ({exc}); "
                        "the files may not form a DistilBERT sequence classifier.") from exc
     try:
-        return compare_forwards(model.forward, reference, ids, mask)
+        return compare_forwards(model.forward, reference, enc, keys, s, model.pad_id)
     finally:
         del reference
         release_free_heap()

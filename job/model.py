@@ -4,7 +4,9 @@ A DistilBERT sequence classifier under eager attention (the protocol's model) ru
 forward (job.distilbert.DistilBertClassifier), loaded straight from model.safetensors, memory-mapped
 and never copied, without importing transformers' modeling stack (transformers.modeling_utils alone
 pulls in torch.distributed, torch._dynamo and sympy: ~80 MB of resident memory). Any other model or
-attention implementation runs transformers' own forward (AutoModelForSequenceClassification)."""
+attention implementation runs transformers' own forward (AutoModelForSequenceClassification): any
+architecture with a sequence-classification head (BERT, RoBERTa, DeBERTa, ...), loaded in float32 with
+the protocol's attention implementation and put in eval mode, each checked after loading."""
 
 from __future__ import annotations
 
@@ -79,7 +81,7 @@ def load_model(model_dir: Path, s: Settings) -> Model:
                      packed=False)
     except (OSError, ValueError, SafetensorError) as exc:
         raise JobError(f"Cannot load the model from its checked files ({exc}); the files may not form a "
-                       "DistilBERT-style sequence classifier.") from exc
+                       "sequence classifier that transformers' AutoModelForSequenceClassification loads.") from exc
 
 
 def load_tokenizer(model_dir: Path) -> Any:
@@ -102,4 +104,28 @@ def load_transformers(model_dir: Path, attn_implementation: str) -> Any:
     model = AutoModelForSequenceClassification.from_pretrained(
         model_dir, attn_implementation=attn_implementation, dtype=torch.float32)
     model.eval()
+    # The protocol's guarantees, checked on the loaded module rather than assumed from the arguments:
+    # a checkpoint may carry another dtype or an architecture may ignore the attention request.
+    dtypes = sorted({str(p.dtype) for p in model.parameters()})
+    attn = getattr(model.config, "_attn_implementation", attn_implementation)
+    if dtypes != [str(torch.float32)] or attn != attn_implementation or model.training:
+        raise ValueError(f"{type(model).__name__} loaded with parameters {dtypes}, attention {attn!r}, "
+                         f"training {model.training}, not float32, {attn_implementation!r} and eval mode")
     return model
+
+
+def check_pair_inputs(config_path: Path) -> None:
+    """JobError unless the model can take a text pair as the job feeds it: input ids and attention
+    mask, no token type ids. A model with segment embeddings (type_vocab_size above 1, e.g. BERT)
+    would see the second text as the first segment, so the run refuses it rather than guess."""
+    import json
+
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise JobError(f"Cannot read the model's config {config_path} ({exc}); check the model files.") from exc
+    types = int(config.get("type_vocab_size") or 0)
+    if types > 1:
+        raise JobError(f"The model has {types} token types (segment embeddings), which the job does not feed for "
+                       "text pairs; use a model without them (RoBERTa, DeBERTa-v3) or a single text column.")
+

@@ -19,8 +19,9 @@ from job.errors import JobError
 from job.figures import render_figures
 from job.forward_check import check_packed_forward
 from job.inference import Forward, run_pool
+from job.labelmap import LabelMap
 from job.metrics import compute_metrics
-from job.model import load_model, model_directory
+from job.model import check_pair_inputs, load_model, model_directory
 from job.predictions import PoolOutput, predictions_table, read_logits
 from job.protocol import AUDIT, Protocol
 from job.protocol import CALIBRATION as CAL
@@ -72,12 +73,26 @@ def check_finite(out: PoolOutput, pool: str) -> None:
 
 
 def _infer(forward: Forward, pad_id: int, tokenizer: Any, rows: Rows, pool: Pool, s: Settings,
-           progress: bool) -> PoolOutput:
-    texts = [rows.texts[p] for p in pool.positions]
-    enc = encode(tokenizer, texts, s.max_length)
+           progress: bool, label_map: LabelMap | None = None) -> PoolOutput:
+    texts, pairs = rows.inputs(pool.positions)
+    enc = encode(tokenizer, texts, s.max_length, pairs)
     out = run_pool(forward, pad_id, enc, pool.keys, s, progress=f"{pool.name} inference" if progress else None)
     check_finite(out, pool.name)
-    return out
+    return out if label_map is None else label_map.apply(out)
+
+
+def load_dataset_rows(protocol: Protocol, resources: Resources) -> Rows:
+    """The dataset's rows from every pinned data file, in listed order, read as the protocol says."""
+    return load_rows([f.local for f in resources.dataset.files], resources.dataset_spec, protocol.dataset)
+
+
+def check_model_fits(protocol: Protocol, resources: Resources) -> None:
+    """Before any inference: the model's config names its outputs as the protocol's label map says,
+    and takes text pairs as the job feeds them when the dataset has pairs."""
+    if protocol.label_map is not None:
+        protocol.label_map.check_config(resources.model.local("config.json"))
+    if protocol.dataset.paired:
+        check_pair_inputs(resources.model.local("config.json"))
 
 
 def _table(rows: Rows, pool: Pool, out: PoolOutput) -> Any:
@@ -145,18 +160,20 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
         with clock.stage("split"):
             art.write_bytes(layout.PROTOCOL_JSON, protocol.raw)
             art.write_json(layout.RESOURCES_JSON, resources.record())
-            rows = load_rows(resources.dataset.files[0].local, resources.dataset_spec)
+            rows = load_dataset_rows(protocol, resources)
             pools = make_pools(protocol.split.prefix, rows.ids, protocol.split.pools)
             art.write_json(layout.POOLS_JSON, pools_record(protocol, resources, rows, pools))
             stages.append(stage(protocol, "split", art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON),
                                 art.pick(layout.POOLS_JSON)))
         with clock.stage("load-model"):
+            check_model_fits(protocol, resources)
             torch_info = configure_torch(s)
             with model_directory(resources.model) as model_dir:
                 model = load_model(model_dir, s)
             torch_info["forward"] = model.forward.name  # the packed re-implementation or transformers' own
         with clock.stage("calibration-inference"):
-            cal_out = _infer(model.forward, model.pad_id, model.tokenizer, rows, pools[CAL], s, progress)
+            cal_out = _infer(model.forward, model.pad_id, model.tokenizer, rows, pools[CAL], s, progress,
+                             protocol.label_map)
             art.write_table(cal_pred, _table(rows, pools[CAL], cal_out))
             stages.append(stage(protocol, "calibration-inference",
                                 art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON, layout.POOLS_JSON),
@@ -174,7 +191,8 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
         with clock.stage("audit-inference"):
             if not art.unchanged(layout.TEMPERATURE_JSON):
                 raise JobError("temperature.json changed before the audit; the run is void, start it again.")
-            audit_out = _infer(model.forward, model.pad_id, model.tokenizer, rows, pools[AUDIT], s, progress)
+            audit_out = _infer(model.forward, model.pad_id, model.tokenizer, rows, pools[AUDIT], s, progress,
+                               protocol.label_map)
             art.write_table(audit_pred, _table(rows, pools[AUDIT], audit_out))
             stages.append(stage(protocol, "audit-inference",
                                 art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON, layout.POOLS_JSON,
@@ -217,7 +235,8 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
 def smoke(protocol: Protocol, resources: Resources) -> dict[str, Any]:
     """The first rows of the calibration pool through the whole chain; raises JobError on any break."""
     s = Settings.from_protocol(protocol.inference)
-    rows = load_rows(resources.dataset.files[0].local, resources.dataset_spec)
+    rows = load_dataset_rows(protocol, resources)
+    check_model_fits(protocol, resources)
     pools = make_pools(protocol.split.prefix, rows.ids, protocol.split.pools)
     full = pools[protocol.split.smoke_pool]
     n = protocol.split.smoke_rows
@@ -231,7 +250,7 @@ def smoke(protocol: Protocol, resources: Resources) -> dict[str, Any]:
     if unk is not None and unk in tokenizer(sample)["input_ids"]:
         raise JobError("The tokenizer maps words of a plain sentence to [UNK]; load it from the model "
                        "directory so that its vocabulary is used.")
-    out = _infer(model.forward, model.pad_id, tokenizer, rows, pool, s, progress=False)
+    out = _infer(model.forward, model.pad_id, tokenizer, rows, pool, s, progress=False, label_map=protocol.label_map)
     k = len(resources.dataset_spec["labels"])
     if out.logits.shape != (n, k):
         raise JobError(f"The model's logits have shape {list(out.logits.shape)}, expected [{n}, {k}]; "

@@ -7,12 +7,14 @@ is checked here too, so that a protocol the job cannot follow is refused before 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from job.dataset import DatasetSpec
 from job.documents import read_checked
 from job.errors import JobError
+from job.labelmap import LabelMap
 
 DEFAULT_PROTOCOL = Path(__file__).resolve().parent.parent / "provenance.json"
 
@@ -118,6 +120,8 @@ class Protocol:
     fit: FitSpec
     bootstrap: BootstrapSpec | None  # None: the protocol pre-registers no bootstrap
     stability: StabilitySpec | None  # None: no calibration-size study
+    dataset: DatasetSpec = field(default_factory=DatasetSpec)  # how the dataset's files are read
+    label_map: LabelMap | None = None  # None: model output j is dataset label j, unchecked
 
     @classmethod
     def from_bytes(cls, raw: bytes, doc: dict[str, Any]) -> Protocol:
@@ -128,6 +132,9 @@ class Protocol:
             fit=FitSpec.from_protocol(doc["fit"]),
             bootstrap=BootstrapSpec.from_protocol(doc["bootstrap"]) if "bootstrap" in doc else None,
             stability=StabilitySpec.from_protocol(doc["stability"]) if "stability" in doc else None,
+            dataset=DatasetSpec.from_protocol(doc["resources"]["dataset"]),
+            label_map=(LabelMap.from_protocol(doc["label_map"], doc["resources"]["dataset"]["labels"])
+                       if "label_map" in doc else None),
         )
 
     @property

@@ -29,6 +29,26 @@ class LocalHub(http.server.BaseHTTPRequestHandler):
     files: ClassVar[dict[str, bytes]] = {}
     lfs: ClassVar[dict[str, str]] = {}  # resolve URL path -> the sha256 the hub publishes
     requests: ClassVar[list[str]] = []
+    branches: ClassVar[dict[str, str]] = {}  # "{models|datasets}/{repo}@{branch}" -> the commit it points to
+
+    def _repo_info(self) -> None:
+        """GET /api/{models|datasets}/{repo}/revision/{rev}: the commit and, as with ?blobs=True, every
+        file with its size and, for LFS files, the published sha256."""
+        api, _, rev = self.path.split("?")[0].partition("/revision/")
+        kind, _, repo = api.removeprefix("/api/").partition("/")
+        rev = urllib.parse.unquote(rev)
+        sha = self.branches.get(f"{kind}/{repo}@{rev}", rev)
+        prefix = f"/{'' if kind == 'models' else 'datasets/'}{repo}/resolve/{sha}/"
+        siblings = [{"rfilename": url.removeprefix(prefix), "size": len(body),
+                     **({"lfs": {"sha256": self.lfs[url], "size": len(body), "pointerSize": 134}}
+                        if url in self.lfs else {})}
+                    for url, body in sorted(self.files.items()) if url.startswith(prefix)]
+        body = json.dumps({"id": repo, "sha": sha, "siblings": siblings}).encode()
+        self.send_response(200 if siblings else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     def _lookup(self) -> bytes | None:
         return self.files.get(self.path.split("?")[0])
@@ -51,6 +71,9 @@ class LocalHub(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self.requests.append(f"GET {self.path}")
+        if self.path.startswith("/api/") and "/revision/" in self.path:
+            self._repo_info()
+            return
         body = self._lookup()
         if body is None:
             self.send_error(404)

@@ -482,3 +482,202 @@ def base(request: pytest.FixtureRequest, verify_keys: Keys) -> tuple[Path, Keys]
     bag = request.getfixturevalue("tiny_bundle")
     key_dir = request.getfixturevalue("signing_key_dir")
     return bag, Keys(load_private_key(key_dir / "signing-key.pem"), verify_keys.other)
+
+
+# -- hostile bundles: bounded time and memory (tests/test_verify_hostile.py, bench_hostile.py) ---
+
+def _archive(bag: Path, out: Path, extra: Callable[[Any], None] | None = None) -> Path:
+    """`bag` as a .tar.gz; `extra(tar)` may add members after the bag's."""
+    import tarfile
+
+    with tarfile.open(out, "w:gz", compresslevel=1) as tar:
+        tar.add(bag, arcname=bag.name)
+        if extra is not None:
+            extra(tar)
+    return out
+
+
+def _write_member(tar: Any, name: str, data: bytes) -> None:
+    import io
+    import tarfile
+
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _empty_objects(size: int) -> bytes:
+    return b"[" + b"{}," * max(size // 3 - 1, 0) + b"{}]"
+
+
+def hostile_pools(bag: Path, keys: Keys, scale: float) -> Path:
+    """pools.json of [{},{},...] (16 MB at scale 1), every hash and the signature recomputed."""
+    (bag / layout.POOLS_JSON).write_bytes(_empty_objects(int(16e6 * scale)))
+    reseal(bag, keys.real, report=False, crate=False)
+    return bag
+
+
+def hostile_pools_archive(bag: Path, keys: Keys, scale: float) -> Path:
+    """The same inside a .tar.gz that expands to 255 MB at scale 1."""
+    (bag / layout.POOLS_JSON).write_bytes(_empty_objects(int(255e6 * scale)))
+    reseal(bag, keys.real, report=False, crate=False)
+    archive = _archive(bag, bag.parent / "bundle.tar.gz")
+    shutil.rmtree(bag)
+    return archive
+
+
+def hostile_bootstrap(bag: Path, keys: Keys, scale: float) -> Path:
+    """bootstrap.json asking for 1,000,000 resamples."""
+    def edit(doc: dict[str, Any]) -> None:
+        doc["resamples"] = max(int(1e6 * scale), 10_000)
+
+    edit_json(bag, layout.BOOTSTRAP_JSON, edit)
+    reseal(bag, keys.real)
+    return bag
+
+
+def hostile_trajectory(bag: Path, keys: Keys, scale: float) -> Path:
+    """trajectory.json of 1,000,000 steps."""
+    def edit(doc: dict[str, Any]) -> None:
+        step = doc["steps"][0] if doc["steps"] else {"step": 1, "lo": 0.05, "hi": 20.0,
+                                                     "mid": 10.025, "g": 0.0}
+        doc["steps"] = [dict(step, step=i + 1) for i in range(max(int(1e6 * scale), 2_000))]
+
+    edit_json(bag, layout.TRAJECTORY_JSON, edit)
+    reseal(bag, keys.real, report=False, crate=False)
+    return bag
+
+
+def hostile_parquet_rows(bag: Path, keys: Keys, scale: float) -> Path:
+    """audit predictions of 20,000,000 identical rows (a few hundred kilobytes of zstd)."""
+    path = bag / layout.AUDIT_PREDICTIONS
+    table = pq.read_table(path)
+    chunk = pa.concat_tables([table.slice(0, 1)] * 100_000)
+    rows = max(int(2e7 * scale), 200_000)
+    with pq.ParquetWriter(path, table.schema, compression="zstd", use_dictionary=False,
+                          write_statistics=False) as writer:
+        for _ in range(rows // 100_000):
+            writer.write_table(chunk)
+    reseal(bag, keys.real, report=False, crate=False)
+    return bag
+
+
+def hostile_report_images(bag: Path, keys: Keys, scale: float) -> Path:
+    """report.md with `![` repeated 500,000 times."""
+    with open(bag / layout.REPORT_MD, "ab") as fh:
+        fh.write(b"![" * max(int(5e5 * scale), 50_000))
+    reseal(bag, keys.real, report=False)
+    return bag
+
+
+def hostile_protocol_resamples(bag: Path, keys: Keys, scale: float) -> Path:
+    """A protocol asking for 10^9 bootstrap resamples, every record restated to name it."""
+    data = (bag / layout.PROTOCOL_JSON).read_bytes()
+    doc = json.loads(data)
+    doc["bootstrap"]["resamples"] = 1_000_000_000
+    new = json.dumps(doc).encode()
+    (bag / layout.PROTOCOL_JSON).write_bytes(new)
+    old_sha, new_sha = sha256(data), sha256(new)
+    for rel in layout.PAYLOAD_SCHEMAS:
+        if rel != layout.PROTOCOL_JSON and (bag / rel).exists():
+            (bag / rel).write_bytes((bag / rel).read_bytes().replace(old_sha.encode(),
+                                                                     new_sha.encode()))
+    set_info = (bag / layout.BAG_INFO).read_text().replace(old_sha, new_sha)
+    (bag / layout.BAG_INFO).write_text(set_info)
+    reseal(bag, keys.real, predicate=lambda p: dict(p, protocol_sha256=new_sha))
+    return bag
+
+
+def hostile_trailing_member(bag: Path, keys: Keys, scale: float) -> Path:
+    """A .tar.gz with a second, altered data/report.md after the end-of-archive marker: what
+    `tar -xzif` extracts."""
+    import io
+    import tarfile
+
+    archive = _archive(bag, bag.parent / "bundle.tar.gz")
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        _write_member(tar, f"{bag.name}/{layout.REPORT_MD}", b"# All is well\n")
+    import gzip
+
+    plain = gzip.decompress(archive.read_bytes()) + raw.getvalue()
+    archive.write_bytes(gzip.compress(plain, compresslevel=1))
+    shutil.rmtree(bag)
+    return archive
+
+
+def hostile_formal_extra_file(bag: Path, keys: Keys, scale: float) -> Path:
+    """Profile formal with an extra model file that no protocol entry pins."""
+    def edit(doc: dict[str, Any]) -> None:
+        doc["profile"], doc["deviations"] = "formal", []
+        doc["model"]["files"].append({"path": "extra.bin", "size": 1, "sha256": "0" * 64,
+                                      "pinned_sha256": None, "pin": "none",
+                                      "matches_pin": False})
+
+    return _formal(bag, keys, edit)
+
+
+def hostile_formal_pin_none(bag: Path, keys: Keys, scale: float) -> Path:
+    """Profile formal with every file recorded as pin `none` (the job would call it other)."""
+    def edit(doc: dict[str, Any]) -> None:
+        doc["profile"], doc["deviations"] = "formal", []
+        for kind in ("model", "dataset"):
+            for f in doc[kind]["files"]:
+                f["pin"] = "none"
+
+    return _formal(bag, keys, edit)
+
+
+def _formal(bag: Path, keys: Keys, edit: Callable[[Any], None]) -> Path:
+    edit_json(bag, layout.RESOURCES_JSON, edit)
+    lines = (bag / layout.BAG_INFO).read_text().replace("Profile: other", "Profile: formal")
+    (bag / layout.BAG_INFO).write_text(lines)
+    update_stage_hashes(bag)
+    reseal(bag, keys.real, predicate=lambda p: dict(p, profile="formal"))
+    return bag
+
+
+def hostile_stage_times(bag: Path, keys: Keys, scale: float) -> Path:
+    """environment.json times the audit inference before the fit."""
+    def edit(doc: dict[str, Any]) -> None:
+        t = "2024-05-07T10:00:0{}+00:00"
+        doc["stage_times"] = [{"stage": name, "start": t.format(i), "end": t.format(i)}
+                              for i, name in enumerate(["split", "calibration-inference",
+                                                        "audit-inference", "fit", "metrics"])]
+
+    edit_json(bag, layout.ENVIRONMENT_JSON, edit)
+    reseal(bag, keys.real)
+    return bag
+
+
+def hostile_audit_digest_renamed(bag: Path, keys: Keys, scale: float) -> Path:
+    """The fit stage consumed the audit predictions' digest under another name."""
+    audit = sha256((bag / layout.AUDIT_PREDICTIONS).read_bytes())
+
+    def edit(doc: dict[str, Any]) -> None:
+        for stage in doc["stages"]:
+            if stage["name"] == "fit":
+                stage["consumed"]["predictions/holdout.parquet"] = audit
+
+    edit_json(bag, layout.STAGES_JSON, edit)
+    reseal(bag, keys.real)
+    return bag
+
+
+HOSTILE: dict[str, Callable[[Path, Keys, float], Path]] = {
+    "pools-empty-objects": hostile_pools,
+    "pools-archive-bomb": hostile_pools_archive,
+    "bootstrap-resamples": hostile_bootstrap,
+    "trajectory-steps": hostile_trajectory,
+    "parquet-identical-rows": hostile_parquet_rows,
+    "report-image-brackets": hostile_report_images,
+    "protocol-resamples": hostile_protocol_resamples,
+    "archive-trailing-member": hostile_trailing_member,
+    "formal-extra-file": hostile_formal_extra_file,
+    "formal-pin-none": hostile_formal_pin_none,
+    "stage-times-audit-first": hostile_stage_times,
+    "audit-digest-renamed": hostile_audit_digest_renamed,
+}
+"""Hostile bundles, each built from a genuine bag (copied first) by an attacker who holds the
+signing key, so that only the bounds and the cross-checks stand between it and a verdict; the
+float scales the sizes (1: the sizes measured against the unbounded verifier)."""

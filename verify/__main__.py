@@ -11,7 +11,7 @@ import hashlib
 import sys
 from pathlib import Path
 
-from verify import report, reproduction, signature
+from verify import limits, report, reproduction, signature
 from verify.api import verify_path
 from verify.context import Trust
 from verify.result import EXIT_UNREADABLE, InputError
@@ -75,11 +75,8 @@ def main(argv: list[str] | None = None) -> int:
                           source="--trusted-fingerprint")
         expected = None
         if args.protocol is not None:
-            try:
-                expected = hashlib.sha256(args.protocol.read_bytes()).hexdigest()
-            except OSError as exc:
-                raise InputError(f"the protocol {args.protocol} cannot be read "
-                                 f"({exc.strerror}).") from exc
+            expected = hashlib.sha256(limits.read_small_file(args.protocol, "the protocol")
+                                      ).hexdigest()
         attestations = tuple(reproduction.load_attestation(a) for a in args.reproduction)
         reproducers = tuple(signature.load_trusted_key(k) for k in args.trusted_reproducer)
         outcome = verify_path(args.bundle, trust, expected_protocol_sha256=expected,
@@ -87,14 +84,19 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         print(f"verify: {exc}", file=sys.stderr)
         return EXIT_UNREADABLE
-    sys.stdout.write(report.table(outcome))
-    if args.json is not None:
-        try:
+    except (OSError, UnicodeError, MemoryError, RecursionError) as exc:
+        # The input's edges (names the filesystem refuses, a full disk, memory): one sentence.
+        print(f"verify: {args.bundle} cannot be verified ({limits.describe(exc)}); pass the "
+              "bag folder or .tar.gz the job wrote, on a disk with free space.", file=sys.stderr)
+        return EXIT_UNREADABLE
+    try:
+        sys.stdout.write(report.table(outcome))
+        if args.json is not None:
             args.json.write_text(report.dumps_report(outcome), encoding="utf-8")
-        except OSError as exc:
-            print(f"verify: cannot write the JSON report {args.json} ({exc.strerror}); choose "
-                  "another path.", file=sys.stderr)
-            return EXIT_UNREADABLE
+    except (OSError, UnicodeError) as exc:
+        print(f"verify: cannot write the report{f' to {args.json}' if args.json else ''} "
+              f"({limits.describe(exc)}); choose another path.", file=sys.stderr)
+        return EXIT_UNREADABLE
     return outcome.exit_code
 
 

@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from bundle import layout
-from verify import numerics
+from verify import limits, numerics
 from verify.context import Context
 from verify.numerics import F64, I64
 from verify.result import Failed
@@ -142,5 +142,11 @@ def record(ctx: Context) -> str:
 
 def intervals(ctx: Context) -> str:
     """The resample matrix from the seed, every resample scored, quantile intervals, verdicts."""
-    return check_differences(ctx.doc(layout.BOOTSTRAP_JSON), ctx.table("audit").z,
-                             ctx.table("audit").y)
+    doc = ctx.doc(layout.BOOTSTRAP_JSON)
+    dims = limits.bounded_dimensions(ctx.doc(layout.PROTOCOL_JSON))
+    # The record's count sizes the matrix rebuilt here: it may not exceed what the protocol
+    # (already bounded) asks for, whatever bootstrap.record says about it.
+    if doc["resamples"] != dims.resamples:
+        raise Failed(f"bootstrap.json asks for {doc['resamples']:,} resamples, the protocol for "
+                     f"{dims.resamples:,}; not recomputed.")
+    return check_differences(doc, ctx.table("audit").z, ctx.table("audit").y)

@@ -1,19 +1,25 @@
 """Safe extraction of a bundle archive (.tar.gz): regular files and folders only, no absolute
-paths, no `..`, no links or devices, no duplicate names, bounded sizes."""
+paths, no `..`, no links or devices, no duplicate names, bounded sizes, and nothing after the
+end-of-archive marker but zero padding, so that what is verified is exactly what `tar -xzif`
+(which reads past the marker) would extract. Only names and bytes are taken from the archive:
+modes, owners and times never are (files are written 0600 by this process)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import tarfile
 import zlib
 from pathlib import Path, PurePosixPath
-from typing import Final
+from typing import Any, Final
 
+from verify import limits
 from verify.result import Failed, InputError
 
-MAX_MEMBERS: Final = 10_000
-MAX_FILE_BYTES: Final = 256 * 1024 * 1024
-MAX_TOTAL_BYTES: Final = 512 * 1024 * 1024
+MAX_MEMBERS: Final = limits.MAX_ENTRIES
+MAX_FILE_BYTES: Final = limits.MAX_FILE_BYTES
+MAX_TOTAL_BYTES: Final = limits.MAX_TOTAL_BYTES
+_READ_ERRORS: Final = (tarfile.TarError, OSError, EOFError, zlib.error)
 
 _ALLOWED_TYPES: Final = (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.DIRTYPE)
 
@@ -36,7 +42,55 @@ def _safe_name(name: str) -> PurePosixPath:
                      "refusing to extract it.")
     if len(parts[0]) >= 2 and parts[0][1] == ":":
         raise Failed(f"archive member {name!r} starts with a drive letter; refusing to extract it.")
+    encoded = [os.fsencode(p) for p in parts]
+    if any(len(p) > limits.MAX_NAME_BYTES for p in encoded) or (
+            sum(len(p) + 1 for p in encoded) > limits.MAX_PATH_BYTES):
+        raise Failed(f"archive member {name[:60]!r}… has a name over {limits.MAX_NAME_BYTES} bytes "
+                     f"or a path over {limits.MAX_PATH_BYTES}; the archive was not written by the "
+                     "job.")
     return PurePosixPath(*parts)
+
+
+def _check_end(tar: tarfile.TarFile, archive: Path) -> None:
+    """Require only zero bytes (at most MAX_TRAILING_ZERO_BYTES) after the end-of-archive
+    marker: `tar -i` reads members placed after it, which this reader would not see."""
+    fileobj: Any = tar.fileobj
+    if fileobj is None:
+        return
+    try:
+        fileobj.seek(tar.offset)
+        seen = 0
+        while True:
+            chunk = fileobj.read(64 * 1024)
+            if not chunk:
+                return
+            if chunk.count(0) != len(chunk):
+                raise Failed(f"{archive.name} holds non-zero data after its end-of-archive marker "
+                             "(a second archive appended?); tar -i would extract members this "
+                             "verifier did not check, refusing it.")
+            seen += len(chunk)
+            if seen > limits.MAX_TRAILING_ZERO_BYTES:
+                raise Failed(f"{archive.name} holds over {limits.MAX_TRAILING_ZERO_BYTES} bytes of "
+                             "padding after its end-of-archive marker; refusing it.")
+    except _READ_ERRORS as exc:
+        raise Failed(f"{archive.name} is corrupt after its end-of-archive marker ({exc}); "
+                     "refusing it.") from exc
+
+
+def _write(target: Path, data: bytes, name: str) -> None:
+    """Write a member's bytes as a new file with this process's default mode (0600 at most)."""
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
+                     0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+            raise InputError(f"the temporary folder is full or read-only while extracting "
+                             f"{name!r} ({exc.strerror}); free space or set TMPDIR to a folder "
+                             "with room.") from exc
+        raise Failed(f"archive member {name!r} cannot be written ({exc.strerror}); the archive "
+                     "was not written by the job.") from exc
 
 
 def extract_archive(archive: Path, dest: Path) -> str:
@@ -50,7 +104,7 @@ def extract_archive(archive: Path, dest: Path) -> str:
     count = 0
     try:
         tar = tarfile.open(archive, mode="r:gz")  # noqa: SIM115 - closed by the with below
-    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+    except _READ_ERRORS as exc:
         raise InputError(f"{archive} is neither a bag folder nor a readable .tar.gz archive "
                          f"({exc}); pass the bag folder or the archive the job wrote.") from exc
     try:
@@ -58,15 +112,16 @@ def extract_archive(archive: Path, dest: Path) -> str:
             while True:
                 try:
                     member = tar.next()
-                except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+                except _READ_ERRORS as exc:
                     raise InputError(f"{archive} is truncated or corrupt after {count} members "
                                      f"({exc}); fetch the archive again.") from exc
                 if member is None:
+                    _check_end(tar, archive)
                     break
                 count += 1
                 if count > MAX_MEMBERS:
                     raise Failed(f"archive holds more than {MAX_MEMBERS} members; a bundle holds "
-                                 "about 20, refusing to extract it.")
+                                 "about 25, refusing to extract it.")
                 rel = _safe_name(member.name)
                 if member.type not in _ALLOWED_TYPES:
                     kind = ("a symbolic link" if member.issym() else "a hard link" if member.islnk()
@@ -80,7 +135,7 @@ def extract_archive(archive: Path, dest: Path) -> str:
                 target = dest.joinpath(*rel.parts)
                 if member.isdir():
                     try:
-                        target.mkdir(parents=True, exist_ok=True)
+                        target.mkdir(mode=0o700, parents=True, exist_ok=True)
                     except OSError as exc:
                         raise Failed(f"archive folder {member.name!r} clashes with a file of the "
                                      f"same name ({exc.strerror}).") from exc
@@ -93,7 +148,7 @@ def extract_archive(archive: Path, dest: Path) -> str:
                     raise Failed(f"archive expands to more than {MAX_TOTAL_BYTES} bytes; "
                                  "refusing to extract it.")
                 try:
-                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
                 except OSError as exc:
                     raise Failed(f"archive member {member.name!r} goes through a path that is "
                                  f"not a folder ({exc.strerror}).") from exc
@@ -108,14 +163,16 @@ def extract_archive(archive: Path, dest: Path) -> str:
                     raise Failed(f"archive member {member.name!r} cannot be read as a file.")
                 try:
                     data = src.read()
-                except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+                except _READ_ERRORS as exc:
                     raise InputError(f"{archive} is truncated or corrupt inside "
                                      f"{member.name!r} ({exc}); fetch the archive again.") from exc
                 if len(data) != member.size:
                     raise InputError(f"{archive} is truncated inside {member.name!r}; "
                                      "fetch the archive again.")
-                with open(target, "xb") as out:
-                    out.write(data)
+                _write(target, data, member.name)
+    except MemoryError as exc:
+        raise InputError(f"{archive} does not fit in memory while extracting; pass the archive "
+                         "the job wrote.") from exc
     except (tarfile.TarError, zlib.error, EOFError) as exc:
         raise InputError(f"{archive} could not be read ({exc}); fetch the archive again.") from exc
     return f"{count} members extracted, {total} bytes, no links, no absolute or '..' paths"

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bundle import layout
-from verify import numerics
+from verify import limits, numerics
 from verify.context import METRIC_TOL, POOL_NAMES, Context
 from verify.documents import PoolData
 from verify.result import Failed
@@ -27,10 +27,34 @@ def expected_schema(k: int) -> pa.Schema:
     return pa.schema(fields)
 
 
-def read_pool(name: str, data: bytes, k: int) -> PoolData:
+def _check_metadata(path: str, source: pq.ParquetFile, k: int, max_rows: int) -> None:
+    """Refuse a file whose footer declares more rows, columns or uncompressed bytes than the
+    pool can hold, before a column is decoded: zstd turns a few kilobytes of identical rows
+    into gigabytes."""
+    meta = source.metadata
+    want = len(expected_schema(k))
+    if meta.num_columns != want:
+        raise Failed(f"{path} has {meta.num_columns} columns, the format has {want} for {k} "
+                     "classes.")
+    if meta.num_rows > max_rows:
+        raise Failed(f"{path} declares {meta.num_rows:,} rows, the protocol's pool holds "
+                     f"{max_rows:,}.")
+    cap = limits.parquet_cap(max_rows, k)
+    size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    if size > cap:
+        raise Failed(f"{path} declares {size:,} bytes of column data, over the {cap:,} its "
+                     f"{max_rows:,} rows may hold (FORMAT.md, Limits).")
+
+
+def read_pool(name: str, data: bytes, k: int, max_rows: int = limits.MAX_ROWS) -> PoolData:
+    """The predictions of pool `name`, at most `max_rows` rows (checked in the footer first)."""
     path = f"data/predictions/{name}.parquet"
     try:
-        table = pq.read_table(io.BytesIO(data))
+        source = pq.ParquetFile(io.BytesIO(data))
+        _check_metadata(path, source, k, max_rows)
+        table = source.read()
+    except Failed:
+        raise
     except Exception as exc:  # pyarrow raises many types for corrupt files
         raise Failed(f"{path} cannot be read as Parquet ({type(exc).__name__}: "
                      f"{str(exc)[:200]}).") from exc
@@ -137,8 +161,9 @@ def columns(ctx: Context, pool: str) -> str:
     if path not in tree.files:
         raise Failed(f"{path} is missing.")
     protocol = ctx.doc(layout.PROTOCOL_JSON)
+    dims = limits.bounded_dimensions(protocol)
     k = len(protocol["resources"]["dataset"]["labels"])
-    ctx.tables[pool] = read_pool(pool, tree.files[path], k)
+    ctx.tables[pool] = read_pool(pool, tree.files[path], k, dims.pool_sizes.get(pool, dims.rows))
     return f"{len(ctx.tables[pool].y)} rows, {k} classes, columns and types as specified"
 
 

@@ -4,14 +4,19 @@ protocol's pins, stage records against the files, and the audit stage after the 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from bundle import layout
+from verify import limits
 from verify.bag import safe_bag_path
 from verify.context import Context
 from verify.result import Failed
 
 STAGE_ORDER = ["split", "calibration-inference", "fit", "audit-inference", "metrics"]
+FORMAL_UNPINNED_PINS = ("hub-lfs", "first-use")
+"""How a file the protocol lists without a sha256 may be pinned in a formal run (the job's
+rule, job/resources.py): by the hub's published LFS sha256 or on first use, never `none`."""
 
 
 def check_protocol_everywhere(protocol_sha: str, named: dict[str, str]) -> str:
@@ -59,6 +64,7 @@ def check_resources(resources: dict[str, Any], protocol: dict[str, Any], bag_pro
             if f["pinned_sha256"] is None and f["matches_pin"]:
                 raise Failed(f"resources.json {kind} file {path!r} matches_pin is true without a "
                              "pin.")
+            formal_problems.extend(_formal_pin_problems(kind, path, f, pin))
         for path, pin in pins.items():
             f = files.get(path)
             if f is None:
@@ -82,10 +88,77 @@ def check_resources(resources: dict[str, Any], protocol: dict[str, Any], bag_pro
             "consistently")
 
 
-def check_stage_records(stages: dict[str, Any], payload_sha: Callable[[str], str | None]) -> str:
+def _formal_pin_problems(kind: str, path: str, f: dict[str, Any],
+                         pin: dict[str, Any] | None) -> list[str]:
+    """Why the used file `f` keeps a run from being formal: it is not a file the protocol lists,
+    or it is not pinned the way the protocol's entry requires, or it does not match its pin."""
+    if pin is None:
+        return [f"{kind} file {path!r} is not a file the protocol lists at its revision"]
+    allowed = ("protocol",) if pin["sha256"] is not None else FORMAL_UNPINNED_PINS
+    if f["pin"] not in allowed:
+        return [(f"{kind} file {path!r} is pinned {f['pin']!r}, a formal run pins it by "
+                 f"{' or '.join(allowed)}")]
+    if not f["matches_pin"] or f["pinned_sha256"] is None:
+        return [f"{kind} file {path!r} does not match its pin"]
+    return []
+
+
+def _utc(value: str, where: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise Failed(f"{where} is {value[:40]!r}, not an ISO 8601 time.") from exc
+    if moment.tzinfo is None:
+        raise Failed(f"{where} is {value[:40]!r}, a time without its UTC offset.")
+    return moment
+
+
+def check_stage_times(stage_times: list[dict[str, Any]]) -> str:
+    """The environment's stage times: every timed stage ends after it starts, and the five
+    stages of STAGE_ORDER are timed in that order, each starting after the one before ended
+    (other timed stages, such as loading the model, may fall between them)."""
+    previous: tuple[str, datetime] | None = None
+    order: list[str] = []
+    for i, record in enumerate(stage_times):
+        name = str(record["stage"])
+        start = _utc(record["start"], f"environment.json stage_times[{i}] start")
+        end = _utc(record["end"], f"environment.json stage_times[{i}] end")
+        if end < start:
+            raise Failed(f"environment.json says stage {name!r} ended before it started.")
+        if name not in STAGE_ORDER:
+            continue
+        if previous is not None and start < previous[1]:
+            raise Failed(f"environment.json says stage {name!r} started before stage "
+                         f"{previous[0]!r} ended; the job runs them one after the other.")
+        previous = (name, end)
+        order.append(name)
+    if order != [n for n in STAGE_ORDER if n in order]:
+        raise Failed(f"environment.json times the stages in the order {order}, expected "
+                     f"{STAGE_ORDER}.")
+    return f"{len(order)} stage times in order"
+
+
+def check_digest_order(stages: dict[str, Any]) -> None:
+    """A digest a stage consumed that the run produced was produced by an earlier stage."""
+    producer: dict[str, int] = {}
+    for i, stage in enumerate(stages["stages"]):
+        for digest in stage["produced"].values():
+            producer.setdefault(digest, i)
+    for i, stage in enumerate(stages["stages"]):
+        for path, digest in stage["consumed"].items():
+            if producer.get(digest, -1) >= i:
+                later = stages["stages"][producer[digest]]["name"]
+                raise Failed(f"stage {stage['name']!r} consumed {path} {digest[:16]}…, which "
+                             f"stage {later!r} produced only later.")
+
+
+def check_stage_records(stages: dict[str, Any], payload_sha: Callable[[str], str | None],
+                        stage_times: list[dict[str, Any]] | None = None) -> str:
     names = [s["name"] for s in stages["stages"]]
     if names != STAGE_ORDER:
         raise Failed(f"stages.json lists {names}, expected {STAGE_ORDER} in that order.")
+    check_digest_order(stages)
+    times = check_stage_times(stage_times) if stage_times is not None else "no stage times"
     checked = 0
     for stage in stages["stages"]:
         for role in ("consumed", "produced"):
@@ -99,7 +172,8 @@ def check_stage_records(stages: dict[str, Any], payload_sha: Callable[[str], str
                     raise Failed(f"stage {stage['name']!r} {role} {path} with sha256 "
                                  f"{digest[:16]}…, the file in the bag hashes to {actual[:16]}….")
                 checked += actual is not None
-    return f"{len(names)} stages in order; {checked} recorded hashes equal the files"
+    return (f"{len(names)} stages in order; {checked} recorded hashes equal the files; "
+            f"{times}")
 
 
 def check_audit_after_fit(stages: dict[str, Any], temperature_sha: str, audit_sha: str,
@@ -130,6 +204,16 @@ def check_audit_after_fit(stages: dict[str, Any], temperature_sha: str, audit_sh
             if "predictions/audit.parquet" in stage[role]:
                 raise Failed(f"stage {stage['name']!r}, before audit-inference, {role} "
                              "predictions/audit.parquet.")
+            for path, digest in stage[role].items():
+                if digest == audit_sha:
+                    raise Failed(f"stage {stage['name']!r}, before audit-inference, {role} the "
+                                 f"audit predictions {audit_sha[:16]}… under the name {path}.")
+    for stage in stages["stages"][audit_i:]:
+        for role in ("consumed", "produced"):
+            for path, digest in stage[role].items():
+                if digest == audit_sha and path != "predictions/audit.parquet":
+                    raise Failed(f"stage {stage['name']!r} {role} the audit predictions "
+                                 f"{audit_sha[:16]}… under another name, {path}.")
     return (f"fit produced temperature.json {temperature_sha[:12]}…, audit-inference consumed the "
             "same file and ran after it; nothing touched the audit pool before")
 
@@ -178,8 +262,21 @@ def resource_pins(ctx: Context) -> str:
 
 
 def stage_records(ctx: Context) -> str:
-    """The five stages in order; every recorded hash of a file in the bag equals the file."""
-    return check_stage_records(ctx.doc(layout.STAGES_JSON), ctx.payload_sha)
+    """The five stages in order (records, digests, times); recorded hashes equal the files."""
+    environment = ctx.docs.get(layout.ENVIRONMENT_JSON)  # invalid: json.environment fails
+    return check_stage_records(ctx.doc(layout.STAGES_JSON), ctx.payload_sha,
+                               environment["stage_times"] if environment is not None else None)
+
+
+def protocol_bounds(ctx: Context) -> str:
+    """The protocol's rows, classes, steps and resamples are within the verifier's bounds."""
+    try:
+        dims = limits.dimensions(ctx.doc(layout.PROTOCOL_JSON))
+    except limits.ProtocolOutOfBounds as exc:
+        raise Failed(f"{exc}; the verifier refuses a bundle it cannot check in bounded time and "
+                     "memory (FORMAT.md, Limits).") from exc
+    return (f"{dims.rows:,} rows, {dims.classes} classes, {dims.steps} steps, "
+            f"{dims.resamples:,} resamples: within the verifier's bounds")
 
 
 def audit_after_fit(ctx: Context) -> str:

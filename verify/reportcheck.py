@@ -35,7 +35,10 @@ Table = dict[str, dict[str, str]]
 
 _MARKER = re.compile(r"<!-- table: ([a-z0-9-]+) -->")
 _SEPARATOR_CELL = re.compile(r":?-{3,}:?")
-_IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")
+_IMAGE = re.compile(r"!\[[^\[\]\n]*\]\(([^()\[\]\s]+)\)")
+"""A Markdown image. Neither the alt text nor the target may hold a bracket (nor a line break,
+nor the target white space), so every attempt stops at the next bracket: linear time on any
+text, where an alt text of any non-closing-bracket character made many `![` quadratic."""
 
 METRIC_ROWS = ("n", "correct", "accuracy", "mean_confidence", "nll", "brier", "ece", "mce")
 TEMPERATURE_ROWS = ("temperature", "beta", "t_min", "t_max", "steps", "boundary", "nll_before",

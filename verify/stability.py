@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from bundle import layout
-from verify import numerics, refit
+from verify import limits, numerics, refit
 from verify.context import Context
 from verify.numerics import F64, I64
 from verify.result import Failed
@@ -84,6 +84,7 @@ def wanted(ctx: Context) -> bool:
 
 def refits(ctx: Context) -> str:
     """Each nested subset re-fitted, NLLs recomputed, sizes and skipped sizes per protocol."""
+    limits.bounded_dimensions(ctx.doc(layout.PROTOCOL_JSON))  # at most MAX_STABILITY_SIZES re-fits
     return check(ctx.doc(layout.STABILITY_JSON), ctx.doc(layout.PROTOCOL_JSON),
                  (ctx.table("calibration").z, ctx.table("calibration").y),
                  (ctx.table("audit").z, ctx.table("audit").y), ctx.study_inputs(),

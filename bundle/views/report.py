@@ -254,6 +254,24 @@ def _limits(docs: Mapping[str, Any]) -> list[str]:
     return [f"- {x}" for x in items]
 
 
+def _label_map_lines(p: dict[str, Any]) -> list[str]:
+    """The protocol's label map, when it has one (none for protocols written before the map)."""
+    if "label_map" not in p:
+        return []
+    lm = p["label_map"]
+    labels = p["resources"]["dataset"]["labels"]
+    how = "by name, ignoring case" if lm["by"] == "name" else "explicitly"
+    lines = ["## Label map", "",
+             (f"The model's outputs mapped onto the dataset's labels ({how}), fixed in the protocol and checked "
+              "against the model's config before inference. Logits are stored in dataset label order: "
+              "`logit_j` is dataset label j."), "",
+             "| model index | model label | dataset label | stored as |", "|---:|---|---|---|"]
+    for pair in sorted(lm["pairs"], key=lambda x: x["model_index"]):
+        j = labels.index(pair["dataset_label"])
+        lines.append(f"| {pair['model_index']} | {pair['model_label']} | {pair['dataset_label']} | `logit_{j}` |")
+    return lines + [""]
+
+
 def report_markdown(docs: Mapping[str, Any], protocol_sha256: str, figures: Sequence[str]) -> str:
     """The report for a bundle whose parsed JSON files are `docs` (keys as in JSON_FILES),
     whose protocol.json hashes to protocol_sha256 and whose payload holds the figures `figures`
@@ -268,6 +286,7 @@ def report_markdown(docs: Mapping[str, Any], protocol_sha256: str, figures: Sequ
                       "## Protocol", "", _protocol_paragraph(p, protocol_sha256), "",
                       "## Resources", ""]
     out += _resources_lines(docs[layout.RESOURCES_JSON]) + [""]
+    out += _label_map_lines(p)
     out += ["## Pools", "",
             ("Disjoint pools in ascending split key (pools.json). The explore pool is not used by the "
             "run; the calibration pool fits the temperature; the audit pool is the evidence."), ""]

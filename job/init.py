@@ -1,0 +1,285 @@
+"""`python -m job init`: write a protocol for any pinned classifier and dataset split.
+
+At pinned commits (a branch or tag is refused, with the commit it points to), it resolves which
+files make up the model (config, safetensors weights, tokenizer files) and the split (from the
+dataset card, job.datacard), pins every file by size and sha256 (the sha256 the hub publishes for
+LFS files, the download's for the others), reads the split's columns, rows and label names, maps
+the model's outputs onto the dataset's labels by name (or as --label-map says), and writes a
+protocol that `job smoke` and `job run --protocol` follow as it is. The inference, fit, metrics and
+study sections are the formal protocol's (provenance.json), so runs of different models differ only
+in what the protocol says about the model and the data."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bundle.digests import sha256_file
+from job.datacard import FORMATS, card_header, split_files
+from job.dataset import DatasetSpec, read_table
+from job.errors import JobError
+from job.hub import default_cache, hub_fetch
+from job.labelmap import config_labels, match_labels
+from job.protocol import AUDIT, CALIBRATION, DEFAULT_PROTOCOL, load_protocol
+from job.resources import load_lock
+
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json",
+                   "merges.txt", "added_tokens.json", "spm.model", "sentencepiece.bpe.model", "spiece.model")
+WEIGHTS = "model.safetensors"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="model repository, e.g. FacebookAI/roberta-large-mnli")
+    p.add_argument("--model-revision", required=True, help="the model's commit (40 hex digits)")
+    p.add_argument("--dataset", required=True, help="dataset repository")
+    p.add_argument("--dataset-revision", required=True, help="the dataset's commit (40 hex digits)")
+    p.add_argument("--config", default="default", help="dataset configuration (default: default)")
+    p.add_argument("--split", required=True, help="the split to evaluate, e.g. validation")
+    p.add_argument("--text", required=True, help="text column")
+    p.add_argument("--text-pair", help="second text column, for pairs (premise/hypothesis)")
+    p.add_argument("--label", required=True, help="label column")
+    p.add_argument("--id", dest="id_column", help="integer id column (default: idx if present, else the row number)")
+    p.add_argument("--name", required=True, help="protocol name (lower case, digits, . _ -)")
+    p.add_argument("--pools", default="explore:256,calibration:256,audit:rest",
+                   help="pools in cutting order, NAME:SIZE or NAME:rest (default: explore:256,calibration:256,audit:rest)")
+    p.add_argument("--prefix", help="split key prefix (default: NAME:)")
+    p.add_argument("--label-map", help="explicit map MODEL_LABEL=DATASET_LABEL,... (default: match names)")
+    p.add_argument("--out", type=Path, required=True, help="protocol file to write")
+    p.add_argument("--resources", type=Path, help="local resource lock: take the files from it, not the hub")
+    p.add_argument("--cache", type=Path, default=None, help="download cache (default: $HF_HOME/calibration-runs)")
+
+
+@dataclass(frozen=True)
+class Pinned:
+    """One repository's files as the protocol pins them, and where each one lies locally (None: not
+    downloaded, a large LFS file pinned by the hub's published sha256)."""
+
+    repo_id: str
+    repo_type: str
+    revision: str
+    files: tuple[dict[str, Any], ...]
+    local: dict[str, Path | None]
+
+
+class Hub:
+    """What init asks the hub: a revision's commit and its files with sizes and LFS sha256."""
+
+    def __init__(self, endpoint: str | None = None) -> None:
+        self.endpoint = endpoint
+
+    def _info(self, repo_id: str, repo_type: str, revision: str, files: bool) -> Any:
+        from huggingface_hub import HfApi
+        from huggingface_hub.errors import HfHubHTTPError
+
+        try:
+            return HfApi(endpoint=self.endpoint).repo_info(repo_id, repo_type=repo_type, revision=revision,
+                                                           files_metadata=files)
+        except (HfHubHTTPError, OSError, ValueError) as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise JobError(f"Cannot read {repo_type} {repo_id}@{revision} from the hub ({reason}); check the name, "
+                           "the revision and the network.") from exc
+
+    def commit(self, repo_id: str, repo_type: str, revision: str) -> str:
+        return str(self._info(repo_id, repo_type, revision, files=False).sha)
+
+    def listing(self, repo_id: str, repo_type: str, revision: str) -> dict[str, tuple[int, str | None]]:
+        """{path: (size, LFS sha256 or None)} for every file at `revision`."""
+        info = self._info(repo_id, repo_type, revision, files=True)
+        out = {}
+        for s in info.siblings or []:
+            lfs = s.lfs
+            out[s.rfilename] = (int(s.size or 0), None if lfs is None else str(lfs.sha256))
+        return out
+
+
+def require_commit(hub: Hub | None, repo_id: str, repo_type: str, revision: str, flag: str) -> str:
+    """`revision` when it is a full commit; otherwise JobError naming the commit it points to."""
+    if COMMIT.match(revision):
+        return revision
+    if hub is None:
+        raise JobError(f"{flag} {revision!r} is not a commit (40 hex digits); pass the commit it stands for.")
+    sha = hub.commit(repo_id, repo_type, revision)
+    raise JobError(f"{flag} {revision!r} is a branch or tag, which can move; pin its current commit: "
+                   f"{flag} {sha}.")
+
+
+def parse_pools(text: str, rows: int) -> list[dict[str, Any]]:
+    """`explore:256,calibration:256,audit:rest` -> [{"name", "size"}], `rest` taking what is left."""
+    pools: list[dict[str, Any]] = []
+    try:
+        items = [tuple(x.split(":")) for x in text.split(",")]
+        fixed = sum(int(size) for _, size in items if size != "rest")
+    except ValueError as exc:
+        raise JobError(f"--pools {text!r} is not NAME:SIZE,...; write e.g. explore:256,calibration:256,audit:rest.") \
+            from exc
+    for name, size in items:
+        pools.append({"name": name, "size": rows - fixed if size == "rest" else int(size)})
+    names = [p["name"] for p in pools]
+    if sum(p["size"] for p in pools) != rows or min(p["size"] for p in pools) < 0 \
+            or not {CALIBRATION, AUDIT} <= set(names) or not set(names) <= {"explore", CALIBRATION, AUDIT}:
+        raise JobError(f"--pools {text!r} does not cut the split's {rows} rows into explore, calibration and audit "
+                       "pools; give sizes that add up (one pool may be `rest`).")
+    return pools
+
+
+def parse_label_map(text: str | None) -> dict[str, str] | None:
+    if text is None:
+        return None
+    try:
+        return dict(tuple(pair.split("=", 1)) for pair in text.split(","))  # type: ignore[misc]
+    except ValueError as exc:
+        raise JobError(f"--label-map {text!r} is not MODEL_LABEL=DATASET_LABEL,...; write e.g. "
+                       "NEGATIVE=negative,POSITIVE=positive.") from exc
+
+
+def _fetch_and_pin(repo: str, repo_type: str, rev: str, listing: dict[str, tuple[int, str | None]],
+                   paths: Sequence[str], cache: Path, fetch: Any, download_lfs: bool) -> Pinned:
+    files: list[dict[str, Any]] = []
+    local: dict[str, Path | None] = {}
+    for path in paths:
+        size, lfs = listing[path]
+        if lfs is not None and not download_lfs:
+            files.append({"path": path, "size": size, "sha256": lfs})
+            local[path] = None
+            continue
+        got = Path(fetch(repo, repo_type, rev, path, cache / "hub"))
+        digest = sha256_file(got)
+        if got.stat().st_size != size or (lfs is not None and digest != lfs):
+            raise JobError(f"{repo}@{rev[:12]}:{path} downloaded as {got.stat().st_size} bytes, sha256 {digest}; the hub "
+                           f"lists {size} bytes, sha256 {lfs}: download it again.")
+        files.append({"path": path, "size": size, "sha256": digest})
+        local[path] = got
+    return Pinned(repo, repo_type, rev, tuple(files), local)
+
+
+def _model_paths(listing: dict[str, tuple[int, str | None]], repo: str) -> list[str]:
+    if "config.json" not in listing or WEIGHTS not in listing:
+        raise JobError(f"The model {repo} has no config.json and {WEIGHTS} at this revision; the job loads only "
+                       "safetensors weights: pick a revision that has them.")
+    return ["config.json", *[f for f in TOKENIZER_FILES if f in listing], WEIGHTS]
+
+
+def from_hub(args: argparse.Namespace, hub: Hub, fetch: Any) -> tuple[Pinned, Pinned, str, tuple[str, ...] | None]:
+    """Model and split files pinned at their commits, the split's format and the card's label names."""
+    cache = args.cache or default_cache()
+    m_list = hub.listing(args.model, "model", args.model_revision)
+    model = _fetch_and_pin(args.model, "model", args.model_revision, m_list, _model_paths(m_list, args.model),
+                           cache, fetch, download_lfs=False)
+    d_list = hub.listing(args.dataset, "dataset", args.dataset_revision)
+    if "README.md" not in d_list:
+        raise JobError(f"The dataset {args.dataset} has no card (README.md) at this revision to name the split's "
+                       "files; write a local resource lock and pass --resources.")
+    card = Path(fetch(args.dataset, "dataset", args.dataset_revision, "README.md", cache / "hub"))
+    split = split_files(card_header(card.read_text(encoding="utf-8")), args.config, args.split, sorted(d_list),
+                        args.label)
+    data = _fetch_and_pin(args.dataset, "dataset", args.dataset_revision, d_list, split.paths, cache, fetch,
+                          download_lfs=True)
+    return model, data, split.format, split.label_names
+
+
+def from_lock(args: argparse.Namespace) -> tuple[Pinned, Pinned, str, tuple[str, ...] | None]:
+    """Model and dataset files from a local resource lock (offline); label names from the lock."""
+    lock = load_lock(args.resources)
+    base = args.resources.resolve().parent
+    pinned = []
+    for role, repo, rev in (("model", args.model, args.model_revision), ("dataset", args.dataset, args.dataset_revision)):
+        files: list[dict[str, Any]] = []
+        local: dict[str, Path | None] = {}
+        for f in lock[role]["files"]:
+            path = (base / f["local_path"]).resolve()
+            digest = sha256_file(path)
+            if f["sha256"] not in (None, digest) or path.stat().st_size != f["size"]:
+                raise JobError(f"The lock's {role} file {f['path']} at {path} is not the file the lock pins; fix the lock.")
+            files.append({"path": f["path"], "size": f["size"], "sha256": digest})
+            local[f["path"]] = path
+        pinned.append(Pinned(repo, role, rev, tuple(files), local))
+    data_paths = [f["path"] for f in pinned[1].files]
+    fmt = FORMATS.get(data_paths[0].rsplit(".", 1)[-1], "parquet")
+    return pinned[0], pinned[1], fmt, tuple(lock["dataset"]["labels"])
+
+
+def dataset_section(args: argparse.Namespace, data: Pinned, fmt: str,
+                    card_labels: tuple[str, ...] | None) -> dict[str, Any]:
+    """The protocol's dataset: files, rows, every column's type, label names, and how to read them."""
+    import pyarrow as pa
+
+    tables = [read_table(p, fmt) for p in data.local.values() if p is not None]
+    table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+    columns = {f.name: str(f.type) for f in table.schema}
+    for flag, col in (("--text", args.text), ("--text-pair", args.text_pair), ("--label", args.label),
+                      ("--id", args.id_column)):
+        if col is not None and col not in columns:
+            raise JobError(f"The split has no column {col!r} for {flag}; its columns are {sorted(columns)}.")
+    id_column = args.id_column
+    if id_column is None and "idx" in columns and pa.types.is_integer(table.schema.field("idx").type):
+        id_column = "idx"
+    labels = card_labels
+    if labels is None:
+        values = table.column(args.label)
+        if not pa.types.is_string(values.type):
+            raise JobError(f"The dataset card names no classes for {args.label!r} and its values are "
+                           f"{values.type}; add class_label names to the card or use a lock with labels.")
+        labels = tuple(sorted(set(values.to_pylist())))
+    section: dict[str, Any] = {
+        "repo_id": data.repo_id, "repo_type": "dataset", "revision": data.revision, "files": list(data.files),
+        "rows": table.num_rows, "columns": columns, "labels": list(labels), "format": fmt, "id_column": id_column,
+        "text_column": args.text, "label_column": args.label, "config": args.config, "split": args.split}
+    if args.text_pair is not None:
+        section["text_pair_column"] = args.text_pair
+    DatasetSpec.from_protocol(section)
+    return section
+
+
+def build_protocol(args: argparse.Namespace, model: Pinned, data: Pinned, fmt: str,
+                   card_labels: tuple[str, ...] | None) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(DEFAULT_PROTOCOL.read_text(encoding="utf-8"))
+    ds = dataset_section(args, data, fmt, card_labels)
+    config = model.local["config.json"]
+    assert config is not None
+    label_map = match_labels(config_labels(config), ds["labels"], parse_label_map(args.label_map))
+    pools = parse_pools(args.pools, ds["rows"])
+    cal = next(p["size"] for p in pools if p["name"] == CALIBRATION)
+    doc.update(name=args.name, question=(
+        f"How well calibrated are the probabilities of {model.repo_id} on the {args.split} split of "
+        f"{data.repo_id} ({args.config}), and does one temperature fitted on a separate calibration pool improve them?"))
+    doc["resources"] = {"model": {"repo_id": model.repo_id, "repo_type": "model", "revision": model.revision,
+                                  "files": list(model.files)}, "dataset": ds}
+    doc["split"].update(prefix=args.prefix if args.prefix is not None else f"{args.name}:", pools=pools,
+                        smoke={"pool": CALIBRATION, "rows": max(1, min(8, cal))})
+    if "stability" in doc:
+        sizes = [m for m in doc["stability"]["sizes"] if m < cal] + [cal]
+        doc["stability"]["sizes"] = sorted(set(sizes))
+    doc["label_map"] = label_map
+    return doc
+
+
+def run_init(args: argparse.Namespace, hub: Hub | None = None, fetch: Any = hub_fetch) -> int:
+    """Write the protocol at args.out; JobError (one sentence) on anything that cannot be pinned."""
+    hub = hub if hub is not None else (None if args.resources is not None else Hub())
+    args.model_revision = require_commit(hub, args.model, "model", args.model_revision, "--model-revision")
+    args.dataset_revision = require_commit(hub, args.dataset, "dataset", args.dataset_revision, "--dataset-revision")
+    if args.out.exists():
+        raise JobError(f"{args.out} exists; a protocol is written once: pick another --out.")
+    if args.resources is not None:
+        model, data, fmt, labels = from_lock(args)
+    else:
+        assert hub is not None
+        model, data, fmt, labels = from_hub(args, hub, fetch)
+    doc = build_protocol(args, model, data, fmt, labels)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    try:
+        protocol = load_protocol(args.out)  # the protocol a run will read, checked as a run checks it
+    except JobError:
+        args.out.unlink()
+        raise
+    print(f"protocol {args.out} written, sha256 {protocol.sha256}")
+    for i, m, d in protocol.label_map.pairs() if protocol.label_map else []:
+        print(f"  model output {i} ({m}) -> dataset label {d!r}")
+    return 0

@@ -1,0 +1,80 @@
+"""Time and peak memory of the verifier on hostile bundles, beside a genuine one.
+
+python scripts/bench_hostile.py [--scale 1.0] [--bag BAG --key signing-key.pem]
+
+Builds every class of tests/verify_tamper.py HOSTILE from a genuine bag (the synthetic bundle
+with the protocol's sizes unless --bag and its signing --key are given), runs
+`python -m verify` on each in a child process with the trusted key, and prints the exit code,
+the wall time and the child's peak RSS (ru_maxrss). Targets (FORMAT.md, Limits): every
+rejection under 2 s and 300 MB; the genuine bundle as fast as before."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from bundle.keys import load_private_key, public_key_pem
+from tests.verify_tamper import HOSTILE, Keys, copy_bag, make_bundle
+
+_MEASURE = """import os, subprocess, sys, time
+start = time.perf_counter()
+child = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+err = child.stderr.read()
+_, status, usage = os.wait4(child.pid, 0)
+print(os.waitstatus_to_exitcode(status), time.perf_counter() - start, usage.ru_maxrss / 1024,
+      int(b"Traceback" in err))
+"""
+"""Runs the verifier from a small, freshly started process: Linux carries a parent's peak RSS
+into a forked child's ru_maxrss, so a child of this (large) process would report our peak."""
+
+
+def run(target: Path, pub: Path) -> tuple[int, float, float]:
+    """(exit code, wall seconds, peak RSS in MB) of one verification in a child process."""
+    out = subprocess.run([sys.executable, "-c", _MEASURE, sys.executable, "-m", "verify",
+                          str(target), "--trusted-key", str(pub)], cwd=ROOT, check=True,
+                         capture_output=True, text=True).stdout.split()
+    if out[3] != "0":
+        print(f"a traceback reached stderr for {target}", file=sys.stderr)
+    return int(out[0]), float(out[1]), float(out[2])
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--scale", type=float, default=1.0)
+    p.add_argument("--bag", type=Path)
+    p.add_argument("--key", type=Path)
+    p.add_argument("--only", nargs="*", default=None)
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-hostile-") as tmp:
+        work = Path(tmp)
+        if args.bag is not None:
+            real = load_private_key(args.key)
+            genuine = args.bag
+        else:
+            real = Ed25519PrivateKey.generate()
+            genuine = make_bundle(work / "genuine" / "bag", real, sizes=None)
+        keys = Keys(real, Ed25519PrivateKey.generate())
+        pub = work / "signer.pub.pem"
+        pub.write_bytes(public_key_pem(real))
+        print(f"{'bundle':<26} {'exit':>4} {'wall s':>7} {'peak MB':>8}")
+        code, wall, rss = run(genuine, pub)
+        print(f"{'genuine':<26} {code:>4} {wall:>7.2f} {rss:>8.0f}", flush=True)
+        for name, build in HOSTILE.items():
+            if args.only and name not in args.only:
+                continue
+            target = build(copy_bag(genuine, work / name / "bag"), keys, args.scale)
+            code, wall, rss = run(target, pub)
+            print(f"{name:<26} {code:>4} {wall:>7.2f} {rss:>8.0f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
