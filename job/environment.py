@@ -16,6 +16,8 @@ from typing import Any, Self
 
 import psutil
 
+from bundle.views import RENDERER_PACKAGE, RENDERER_VERSION
+
 PACKAGES = ("torch", "transformers", "tokenizers", "huggingface_hub", "safetensors", "numpy",
             "pyarrow", "jsonschema", "cryptography", "psutil", "tqdm", "matplotlib")
 ENV_VARS = ("PYTHONHASHSEED", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "HF_HUB_OFFLINE",
@@ -112,7 +114,9 @@ def environment_record(torch_info: dict[str, Any], clock: StageClock, peak_rss_m
     """Everything about where and how the run happened; varies between machines and runs.
 
     forward_check: job.forward_check's record when the packed forward ran (omitted otherwise): the
-    bit-equal batch without padding and the differences on the first padded batch."""
+    bit-equal batch without padding and the differences on the first padded batch.
+    `packages` also names the renderer of the views (bundle.views), so that a verifier knows
+    whether it draws them the same way."""
     record = {
         "python": sys.version.split()[0],
         "implementation": platform.python_implementation(),
@@ -121,7 +125,7 @@ def environment_record(torch_info: dict[str, Any], clock: StageClock, peak_rss_m
         "machine": platform.machine(),
         "cpu_model": cpu_model(),
         "logical_cores": os.cpu_count() or 0,
-        "packages": {name: _version(name) for name in PACKAGES},
+        "packages": {**{name: _version(name) for name in PACKAGES}, RENDERER_PACKAGE: RENDERER_VERSION},
         "torch": torch_info,
         "env": {name: os.environ.get(name) for name in ENV_VARS},
         "image": os.environ.get("CALIBRATION_IMAGE"),

@@ -1,164 +1,28 @@
-"""Reliability diagrams and a confidence histogram of the audit pool, as deterministic PNG bytes.
+"""The figures of the payload in a data directory: the job's side of bundle.views.figures.
 
-Determinism: the Agg canvas is used directly (no pyplot, no GUI backend), rcParams are reset to
-matplotlib's built-in defaults for the duration of a render (a user's matplotlibrc or style has no
-effect), the font is DejaVu Sans (shipped with matplotlib), size and dpi are fixed, and the PNG
-carries no metadata text (no Software, no time). The same inputs and the same matplotlib version
-give the same bytes.
-
-Inputs are bundle files only: the reliability diagram is drawn from data/metrics.json (its bins),
-the histogram from data/predictions/audit.parquet and the beta of data/metrics.json.
+The PNGs are drawn by bundle/views/figures.py, the same code the verifier draws them with; this
+module reads their inputs from the bundle's files: metrics.json and the audit pool's float32
+logits (data/predictions/audit.parquet).
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
 
-import matplotlib
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from numpy.typing import NDArray
 
 from bundle import layout
 from bundle.canonical import loads_strict
 from bundle.layout import data_name
-from job.calibration import softmax
+from bundle.views.figures import FIGURES, confidence_png, reliability_png
+from bundle.views.figures import render_figures as render
 from job.predictions import read_logits
 
-RELIABILITY = data_name(layout.RELIABILITY_FIGURE)
-CONFIDENCE = data_name(layout.CONFIDENCE_FIGURE)
-FIGURES = (RELIABILITY, CONFIDENCE)
-"""Paths, relative to data/, of every figure the job writes."""
-
-DPI = 100
-SIZE_RELIABILITY = (9.0, 5.4)
-SIZE_CONFIDENCE = (6.4, 4.0)
-HIST_BINS = 20
-RC: dict[str, Any] = {
-    "font.family": "DejaVu Sans",
-    "font.size": 9.0,
-    "axes.titlesize": 10.0,
-    "figure.dpi": DPI,
-    "savefig.dpi": DPI,
-    "path.simplify": False,
-    "text.hinting": "default",
-    "text.antialiased": True,
-    "lines.antialiased": True,
-    "patch.antialiased": True,
-}
-PNG_METADATA: dict[str, Any] = {"Software": None}
-COLORS = {"raw": "#4c72b0", "calibrated": "#dd8452", "gap": "#c44e52", "ideal": "#555555"}
-
-
-def _png(fig: Figure) -> bytes:
-    FigureCanvasAgg(fig)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, metadata=PNG_METADATA)
-    return buf.getvalue()
-
-
-@contextlib.contextmanager
-def _fresh_rc() -> Iterator[None]:
-    """rcParams are matplotlib's built-in defaults plus RC inside, restored afterwards."""
-    with matplotlib.rc_context():
-        matplotlib.rcdefaults()
-        cast(Any, matplotlib.rcParams).update(RC)
-        yield
-
-
-def _reliability_panel(ax: Any, cax: Any, m: dict[str, Any], label: str, color: str) -> None:
-    """Accuracy per bin against the diagonal (ax) and the rows in each bin (cax, below)."""
-    bins = m["bins"]
-    lower = np.array([b["lower"] for b in bins])
-    upper = np.array([b["upper"] for b in bins])
-    width = upper - lower
-    counts = np.array([b["count"] for b in bins])
-    ax.plot([0, 1], [0, 1], linestyle="--", linewidth=1.0, color=COLORS["ideal"], label="perfect calibration")
-    first = True
-    for b, x, w in zip(bins, lower, width, strict=True):
-        if not b["count"]:
-            continue
-        acc, conf = b["accuracy"], b["mean_confidence"]
-        ax.bar(x, acc, width=w, align="edge", color=color, edgecolor="black", linewidth=0.6,
-               label="accuracy in bin" if first else None)
-        ax.bar(x, conf - acc, bottom=acc, width=w, align="edge", color="none",
-               edgecolor=COLORS["gap"], hatch="//", linewidth=0.6,
-               label="gap to mean confidence" if first else None)
-        first = False
-    ax.set_xlim(0.0, 1.0)
-    ax.set_ylim(0.0, 1.0)
-    ax.set_yticks(np.linspace(0, 1, 6))
-    ax.set_ylabel("accuracy")
-    ax.set_title(label)
-    ax.text(0.03, 0.97, f"ECE {m['ece']:.4f}\nMCE {m['mce']:.4f}\naccuracy {m['accuracy']:.4f}\n"
-            f"n = {m['n']}", transform=ax.transAxes, ha="left", va="top", fontsize=8)
-    ax.legend(loc="lower right", fontsize=7, frameon=False)
-    ax.tick_params(labelbottom=False)
-    cax.bar(lower, counts, width=width, align="edge", color=color, edgecolor="black", linewidth=0.6)
-    top = max(int(counts.max()), 1)
-    for x, w, c in zip(lower, width, counts, strict=True):
-        cax.text(x + w / 2, c + 0.04 * top, str(int(c)), ha="center", va="bottom", fontsize=7)
-    cax.set_xlim(0.0, 1.0)
-    cax.set_ylim(0.0, top * 1.35)
-    cax.set_xticks(np.linspace(0, 1, 6))
-    cax.set_xlabel("top-label confidence")
-    cax.set_ylabel("rows")
-
-
-def reliability_png(audit: dict[str, Any], temperature: float) -> bytes:
-    """Raw and calibrated reliability diagrams side by side, with the rows in each bin below.
-
-    `audit` is metrics.json's pools.audit ({"raw": M, "calibrated": M})."""
-    with _fresh_rc():
-        fig = Figure(figsize=SIZE_RELIABILITY, dpi=DPI)
-        axes = fig.subplots(2, 2, sharex="col", gridspec_kw={"height_ratios": [3, 1]})
-        _reliability_panel(axes[0, 0], axes[1, 0], audit["raw"], "raw (T = 1)", COLORS["raw"])
-        _reliability_panel(axes[0, 1], axes[1, 1], audit["calibrated"],
-                           f"calibrated (T = {temperature:.4f})", COLORS["calibrated"])
-        fig.suptitle("Reliability, audit pool (10 equal-width confidence bins)", fontsize=11)
-        fig.tight_layout()
-        return _png(fig)
-
-
-def top_confidence(logits: NDArray[np.float64], beta: float) -> NDArray[np.float64]:
-    """Probability of the first-argmax label under softmax(beta * logits)."""
-    p = softmax(beta * logits)
-    top: NDArray[np.float64] = p[np.arange(len(p)), logits.argmax(axis=1)]
-    return top
-
-
-def confidence_png(logits: NDArray[np.float64], beta: float) -> bytes:
-    """Histogram (HIST_BINS equal bins on [0, 1]) of top-label confidence, raw vs calibrated."""
-    edges = np.linspace(0.0, 1.0, HIST_BINS + 1)
-    with _fresh_rc():
-        fig = Figure(figsize=SIZE_CONFIDENCE, dpi=DPI)
-        ax = fig.subplots()
-        for name, b in (("raw", 1.0), ("calibrated", beta)):
-            counts, _ = np.histogram(top_confidence(logits, b), bins=edges)
-            ax.stairs(counts, edges, color=COLORS[name], linewidth=1.5,
-                      label=f"{name} (T = {1.0 / b:.4f})")
-        k = logits.shape[1]
-        ax.axvline(1.0 / k, color=COLORS["ideal"], linestyle=":", linewidth=1.0, label=f"1/K = {1.0 / k:.3f}")
-        ax.set_xlim(0.0, 1.0)
-        ax.set_xlabel("top-label confidence")
-        ax.set_ylabel("rows")
-        ax.set_title(f"Confidence, audit pool (n = {len(logits)}, {HIST_BINS} bins)")
-        ax.legend(loc="upper left", fontsize=8, frameon=False)
-        fig.tight_layout()
-        return _png(fig)
+__all__ = ["FIGURES", "confidence_png", "reliability_png", "render_figures"]
 
 
 def render_figures(data_dir: Path) -> dict[str, bytes]:
     """{path relative to data/: PNG bytes} for every figure, from the bundle's own files."""
     metrics = loads_strict((data_dir / data_name(layout.METRICS_JSON)).read_bytes(), source=layout.METRICS_JSON)
     logits32, _ = read_logits(data_dir / data_name(layout.AUDIT_PREDICTIONS))
-    beta = float(metrics["beta"])
-    return {
-        RELIABILITY: reliability_png(metrics["pools"]["audit"], float(metrics["temperature"])),
-        CONFIDENCE: confidence_png(logits32.astype(np.float64), beta),
-    }
+    return render(metrics, logits32.astype(np.float64))

@@ -8,7 +8,12 @@ varies between runs, may be left out, or described without both); the run (#run)
 protocol.json and the model and dataset of resources.json (#input-model, #input-dataset, one part
 per file with its sha256 and size) and produce every other file it describes; the signer entity must hold the fingerprint of
 the key that signed the bag; the licence, publisher, contact and authors the root names must be
-those of the signed predicate. Written from FORMAT.md, not from the job's code."""
+those of the signed predicate. Written from FORMAT.md, not from the job's code.
+
+Those checks name what is wrong; `regenerated` then requires the whole file to be the crate
+bundle.views.crate renders from the checked records, the payload's bytes, the signer, the
+Bagging-Date and the signed publication, so that no description or extra entity states what the
+records do not."""
 
 from __future__ import annotations
 
@@ -28,9 +33,12 @@ from bundle.crate_terms import (
     PROFILE,
     ROOT,
     RUN,
+    SOFTWARE_ID,
 )
 from bundle.crate_terms import VOLATILE as MAY_OMIT_HASH
 from bundle.errors import CanonicalJSONError
+from bundle.views.crate import crate_bytes
+from verify import renderer
 from verify.context import Context
 from verify.result import Failed
 
@@ -280,8 +288,6 @@ def check_publication(graph: Graph, signed: Any) -> str:
             "as signed")
 
 
-# -- figures ---------------------------------------------------------------------------------
-
 # -- the checks (verify/checks.py lists them in order) ---------------------------------------
 
 def structure(ctx: Context) -> str:
@@ -319,3 +325,41 @@ def publication(ctx: Context) -> str:
     """The crate's licence, publisher and authors are those of the signed predicate."""
     graph = ctx.need(ctx.crate_graph, "the crate")
     return check_publication(graph, ctx.doc("predicate").get("publication"))
+
+
+def regenerated(ctx: Context) -> str:
+    """ro-crate-metadata.json is byte for byte the crate the verifier renders from the checked records."""
+    data = ctx.file(layout.RO_CRATE_JSON)
+    graph = ctx.need(ctx.crate_graph, "the crate")
+    version = renderer.renderer(ctx)
+    tree = ctx.bag()
+    info = ctx.need(ctx.info, "bag-info.txt")
+    # The job's release is recorded nowhere but in the crate; like every record it is the
+    # signer's statement, so it is the one value taken from the file under check.
+    software = graph.get(SOFTWARE_ID, {}).get("version")
+    if not isinstance(software, str):
+        raise Failed(f"the crate's software {SOFTWARE_ID} states no version.")
+    expected = crate_bytes(
+        {p.removeprefix("data/"): tree.files[p] for p in tree.payload()},
+        protocol=ctx.doc(layout.PROTOCOL_JSON), resources=ctx.doc(layout.RESOURCES_JSON),
+        environment=ctx.doc(layout.ENVIRONMENT_JSON),
+        signer_fingerprint=ctx.need(ctx.signer_fingerprint, "the signer"),
+        date_published=info[layout.INFO_BAGGING_DATE], publication=ctx.doc("predicate")["publication"],
+        software_version=software)
+    if data != expected:
+        found, want = loads_strict(data), loads_strict(expected)
+        raise Failed(f"the crate is not the crate of these records (renderer {version}): "
+                     f"{_first_entity_difference(found['@graph'], want['@graph'])}.")
+    return (f"{len(data)} bytes, equal to the verifier's rendering from the records, the signer, "
+            f"the Bagging-Date and the signed publication (renderer {version}, software {software})")
+
+
+def _first_entity_difference(found: list[dict[str, Any]], expected: list[dict[str, Any]]) -> str:
+    """The first entity, in graph order, that the crate states otherwise than the records give."""
+    for n, (a, b) in enumerate(zip(found, expected, strict=False)):
+        if a != b:
+            keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+            return (f"@graph[{n}] ({str(b.get('@id'))[:60]!r}) differs in {keys[:4]}: "
+                    f"{str({k: a.get(k) for k in keys[:2]})[:120]}, the records give "
+                    f"{str({k: b.get(k) for k in keys[:2]})[:120]}")
+    return f"it has {len(found)} entities, the records give {len(expected)}"

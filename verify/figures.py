@@ -1,5 +1,6 @@
-"""The figures: well-formed PNG images (signature, chunk CRCs, IHDR first, IDAT, IEND last).
-Their bytes are covered by the manifests and the signature, so only their form is checked here."""
+"""The figures: well-formed PNG images (signature, chunk CRCs, IHDR first, IDAT, IEND last), and
+byte for byte the figures bundle.views.figures draws from the checked records (metrics.json and
+the audit pool's logits), when this verifier has the bundle's renderer and matplotlib versions."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import struct
 import zlib
 
 from bundle import layout
+from verify import renderer
 from verify.context import Context
 from verify.result import Failed
 
@@ -46,3 +48,19 @@ def png(ctx: Context) -> str:
     sizes = [f"{p.rsplit('/', 1)[-1]} {w}x{h}"
              for p in layout.FIGURES for w, h in [check_png(ctx.file(p), p)]]
     return "well-formed PNG: " + ", ".join(sizes)
+
+
+def regenerated(ctx: Context) -> str:
+    """Both figures are byte for byte the verifier's drawing of the checked records."""
+    version = renderer.renderer(ctx)
+    found = {path: ctx.file(path) for path in layout.FIGURES}
+    mpl = renderer.matplotlib_version(ctx)
+    from bundle.views.figures import render_figures  # matplotlib is imported only to draw
+
+    drawn = render_figures(ctx.doc(layout.METRICS_JSON), ctx.table("audit").z)
+    differ = [path for path in layout.FIGURES if drawn[layout.data_name(path)] != found[path]]
+    if differ:
+        raise Failed(f"{', '.join(differ)} {'is' if len(differ) == 1 else 'are'} not the figure"
+                     f"{'' if len(differ) == 1 else 's'} of these records (renderer {version}, matplotlib "
+                     f"{mpl}): a reader would see a picture the records do not support.")
+    return f"both figures equal the verifier's drawing of the records (renderer {version}, matplotlib {mpl})"

@@ -14,7 +14,11 @@ stability.json by the format's one rule:
 
 A table is the line `<!-- table: NAME -->`, a header row, a separator row, then rows up to the
 first line that does not start with `|`; cells are split on `|` and stripped; the first cell of
-a row is its key, the header names the other columns. Prose numbers are not checked."""
+a row is its key, the header names the other columns.
+
+The checked tables catch a wrong number and say which; `regenerated` then requires the whole
+file to be the report bundle.views.report renders from the checked records, byte for byte, so
+that no sentence, unmarked table, hidden comment or layout trick says what the records do not."""
 
 from __future__ import annotations
 
@@ -22,6 +26,8 @@ import re
 from typing import Any
 
 from bundle import layout
+from bundle.views.report import JSON_FILES, report_markdown
+from verify import renderer
 from verify.context import Context
 from verify.result import Failed
 
@@ -227,3 +233,18 @@ def tables(ctx: Context) -> str:
     return check(data, ctx.doc(layout.METRICS_JSON), ctx.doc(layout.TEMPERATURE_JSON),
                  ctx.doc(layout.POOLS_JSON), ctx.optional_doc(layout.BOOTSTRAP_JSON),
                  ctx.optional_doc(layout.STABILITY_JSON), set(tree.payload()))
+
+
+def regenerated(ctx: Context) -> str:
+    """report.md is byte for byte the report the verifier renders from the checked records."""
+    data = ctx.file(layout.REPORT_MD)
+    version = renderer.renderer(ctx)
+    docs = {path: ctx.doc(path) for path in JSON_FILES if path not in layout.PROTOCOL_SECTION_PAYLOAD.values()}
+    docs.update({path: ctx.optional_doc(path) for path in layout.PROTOCOL_SECTION_PAYLOAD.values()})
+    figures = [layout.data_name(path) for path in layout.FIGURES if path in ctx.bag().files]
+    expected = report_markdown(docs, ctx.sha(layout.PROTOCOL_JSON), figures).encode("utf-8")
+    if data != expected:
+        raise Failed(f"report.md is not the report of these records (renderer {version}): "
+                     f"{renderer.first_difference(data, expected)}; a reader would see text the "
+                     "records do not support.")
+    return f"{len(data)} bytes, equal to the verifier's rendering of the records (renderer {version})"

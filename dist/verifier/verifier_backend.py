@@ -6,7 +6,7 @@ distribution cannot drift from the checkout it is built from. Standard library o
 offline. The wheel is reproducible: entries sorted, fixed timestamps and permissions.
 
 Installed layout (site-packages): verify/ (every module and report.schema.json), bundle/ (only
-the definition modules verify/ imports, see BUNDLE_MODULES) and schemas/*.schema.json, where
+the definition and view modules verify/ imports, see BUNDLE_MODULES) and schemas/*.schema.json, where
 bundle.schemas.SCHEMA_DIR finds them (next to bundle/).
 """
 
@@ -22,9 +22,11 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 """The repository checkout this distribution is built from."""
 NAME = "calibration-verify"
 DIST = NAME.replace("-", "_")
-BUNDLE_MODULES = ("__init__", "canonical", "crate_terms", "dsse", "errors", "keys", "layout", "schemas")
-"""The modules of bundle/ that verify/ imports (tests/test_verify_structure.py: definitions only)."""
-REQUIRES = ("cryptography", "jsonschema", "numpy", "pyarrow", "referencing")
+BUNDLE_MODULES = ("__init__", "canonical", "crate_terms", "dsse", "errors", "keys", "layout", "schemas",
+                  "views/__init__", "views/crate", "views/figures", "views/report")
+"""The modules of bundle/ that verify/ imports (tests/test_verify_structure.py: definitions and the
+renderers of the views)."""
+REQUIRES = ("cryptography", "jsonschema", "matplotlib", "numpy", "pyarrow", "referencing")
 """What the packed modules import; verify/requirements.txt pins them (and theirs) with hashes."""
 ENTRY_POINTS = "[console_scripts]\ncalibration-verify = verify.__main__:main\n"
 _EPOCH = (1980, 1, 1, 0, 0, 0)

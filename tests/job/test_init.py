@@ -1,4 +1,4 @@
-"""`python -m job init` against a local hub on loopback (tests.test_hub_download.LocalHub): tiny
+"""`python -m job init` against a local hub on loopback (tests.job.test_hub_download.LocalHub): tiny
 BERT and RoBERTa repositories whose labels are the dataset's in another order, dataset repositories
 with a card (configs, class_label names) and pair or single-text splits in JSON lines, CSV and
 Parquet, of 3, 20 and 2 classes; the protocol init writes then runs unchanged (smoke, run) and the

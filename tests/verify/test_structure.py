@@ -20,9 +20,18 @@ ALLOWED_FROM_BUNDLE = {
     ("bundle.dsse", "pae"),
     ("bundle.keys", "fingerprint"),
     ("bundle.schemas", "SCHEMA_DIR"),
+    ("bundle.views", "RENDERER_PACKAGE"),
+    ("bundle.views", "RENDERER_VERSION"),
+    ("bundle.views.report", "JSON_FILES"),
+    ("bundle.views.report", "report_markdown"),
+    ("bundle.views.figures", "render_figures"),
+    ("bundle.views.crate", "crate_bytes"),
 }
 """The definitions verify/ shares with the writer: layout names, canonical JSON, PAE, the key
-fingerprint, where the schemas live. Everything else verify/ re-derives. The name modules
+fingerprint, where the schemas live; and the renderers of the views (bundle.views), which lay
+out records the verifier has checked with its own code, so that it can require the bundle's
+report, figures and crate to be exactly their rendering (verify/README.md, "One reader of the
+format"). Everything else verify/ re-derives. The name modules
 (`bundle.layout`, `bundle.crate_terms`) are definitions through and through: any name of theirs
 may be imported."""
 NAME_MODULES = {"bundle.layout", "bundle.crate_terms"}

@@ -360,6 +360,98 @@ def crate_signer(value: str) -> Callable[[Path], None]:
 
 RELIABILITY_PNG = "data/figures/reliability-audit.png"
 
+# -- lies in the views (report, figures, crate) that restate no record wrongly cell by cell ----
+
+INVENTED_TABLE = "| metric | raw | calibrated |\n|---|---:|---:|\n| ece | 0.300000 | 0.000100 |\n"
+"""An unmarked table with invented numbers, as a reader would see it."""
+
+
+def report_text(fn: Callable[[str], str]) -> Callable[[Path], None]:
+    """Rewrite report.md's text (its checked tables left as they are, cell for cell)."""
+    def run(bag: Path) -> None:
+        text = (bag / layout.REPORT_MD).read_text(encoding="utf-8")
+        new = fn(text)
+        assert new != text, "the lie changed nothing"
+        (bag / layout.REPORT_MD).write_text(new, encoding="utf-8")
+    return run
+
+
+def _around_table(name: str, before: str, after: str) -> Callable[[str], str]:
+    """Put `before` above a checked table's marker and `after` below its last row, and show an
+    invented table after that: the checked table is still there, but not what a reader sees."""
+    def edit(text: str) -> str:
+        lines = text.split("\n")
+        start = lines.index(f"<!-- table: {name} -->")
+        end = start + 1
+        while end < len(lines) and lines[end].startswith("|"):
+            end += 1
+        return "\n".join([*lines[:start], *before.splitlines(), *lines[start:end],
+                          *after.splitlines(), "", INVENTED_TABLE, *lines[end:]])
+    return edit
+
+
+def _rows_reshaped(name: str, fn: Callable[[str], str]) -> Callable[[str], str]:
+    """Rewrite every row of a checked table below its separator (e.g. so that a renderer no
+    longer shows it as a table) and show an invented table after it."""
+    def edit(text: str) -> str:
+        lines = text.split("\n")
+        start = lines.index(f"<!-- table: {name} -->")
+        end = start + 3
+        while end < len(lines) and lines[end].startswith("|"):
+            lines[end] = fn(lines[end])
+            end += 1
+        return "\n".join([*lines[:end], "", INVENTED_TABLE, *lines[end:]])
+    return edit
+
+
+def better_reliability_figure(bag: Path) -> None:
+    """A well-formed reliability diagram of a perfectly calibrated model, drawn by the real
+    renderer from doctored bins: a picture the records do not support."""
+    from bundle.views.figures import reliability_png
+
+    metrics = loads_strict((bag / layout.METRICS_JSON).read_bytes())
+    audit = metrics["pools"]["audit"]
+    for b in audit["calibrated"]["bins"]:
+        if b["count"]:
+            b["accuracy"] = b["mean_confidence"]
+    audit["calibrated"]["ece"] = audit["calibrated"]["mce"] = 0.0
+    (bag / RELIABILITY_PNG).write_bytes(reliability_png(audit, metrics["temperature"]))
+
+
+VIEW_LIES: dict[str, tuple[Callable[[Path, Keys], None], str, str]] = {
+    "report-sentence-contradicts": (with_key(report_text(lambda t: t.replace(
+        "Predicted labels unchanged by the temperature: yes.",
+        "Predicted labels unchanged by the temperature: no; calibration fixed 40 wrong labels.")),
+        report=False), "report.regenerated", "Predicted labels unchanged"),
+    "report-unmarked-table": (with_key(report_text(lambda t: t.replace(
+        "### Threshold", INVENTED_TABLE + "\n### Threshold")), report=False),
+        "report.regenerated", "| metric | raw | calibrated |"),
+    "report-table-in-comment": (with_key(report_text(_around_table("metrics-audit", "<!--", "-->")),
+                                         report=False), "report.regenerated", "'<!--'"),
+    "report-table-in-code-fence": (with_key(report_text(_around_table("metrics-audit", "```", "```")),
+                                            report=False), "report.regenerated", "'```'"),
+    "report-table-under-hidden-div": (with_key(report_text(_around_table("metrics-audit", "<div hidden>",
+                                                                         "</div>")),
+                                               report=False), "report.regenerated", "<div hidden>"),
+    "report-rows-without-leading-pipe": (with_key(report_text(_rows_reshaped(
+        "metrics-audit", lambda row: row.removeprefix("| "))), report=False),
+        "report.regenerated", "line"),
+    "report-rows-indented": (with_key(report_text(_rows_reshaped("metrics-audit", lambda row: " " + row)),
+                                      report=False), "report.regenerated", "line"),
+    "figure-better-drawing": (with_key(better_reliability_figure), "figures.regenerated",
+                              "reliability-audit.png is not the figure"),
+    "crate-false-description": (with_key(crate_entity("./", lambda e: e.update(
+        description="An audited, formally pinned run: every figure reproduced by three labs.")),
+        crate=False), "crate.regenerated", "description"),
+    "crate-false-file-description": (with_key(crate_entity("metrics.json", lambda e: e.update(
+        description="Metrics showing the model is perfectly calibrated.")), crate=False),
+        "crate.regenerated", "metrics.json"),
+}
+"""Lies a dishonest signer (who holds the key) tells in the views while every record stays true."""
+CAUGHT_BY_TABLES_TOO = frozenset({"report-rows-without-leading-pipe", "report-rows-indented"})
+"""View lies that also break a checked table's grammar (its rows must start with `|`), so that
+report.tables rejects them as well; every other one passes every check but its regeneration."""
+
 TAMPERS: dict[str, tuple[Callable[[Path, Keys], None], str, str]] = {
     # one byte changed in each kind of file
     "byte-protocol": (no_key(lambda b: flip(b, layout.PROTOCOL_JSON)), "bag.manifest-sha256",
@@ -540,6 +632,7 @@ TAMPERS: dict[str, tuple[Callable[[Path, Keys], None], str, str]] = {
                                 "reliability-audit.png is missing"),
     "figure-not-png": (with_key(write(RELIABILITY_PNG, b"GIF89a not a png")), "figures.png",
                        "PNG signature"),
+    **VIEW_LIES,
 }
 
 
@@ -557,6 +650,20 @@ def test_tamper_rejected(name: str, base: tuple[Path, Keys], tmp_path: Path) -> 
     assert outcome.exit_code == EXIT_FAILED, failed
     assert check_id in failed, (check_id, failed)
     assert words in failed[check_id], failed[check_id]
+
+
+@pytest.mark.parametrize("name", sorted(set(VIEW_LIES) - CAUGHT_BY_TABLES_TOO))
+def test_view_lies_are_caught_by_regeneration_alone(name: str, base: tuple[Path, Keys],  # noqa: F811
+                                                    tmp_path: Path) -> None:
+    """Each lie keeps the records, the checked tables and the crate's facts true, so the older
+    checks pass it; the view it lies in is rejected because it is not the records' rendering."""
+    src, keys = base
+    bag = copy_bag(src, tmp_path / "bag")
+    tamper, check_id, _ = VIEW_LIES[name]
+    tamper(bag, keys)
+    outcome = verify_path(bag, Trust(key=keys.real.public_key(), source="real.pem"))
+    assert [c.id for c in outcome.checks if c.status != "pass"] == [check_id], \
+        [(c.id, c.detail) for c in outcome.checks if not c.ok]
 
 
 def test_tamper_classes_are_many() -> None:

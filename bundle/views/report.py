@@ -1,0 +1,319 @@
+"""data/report.md from the parsed records (bundle/FORMAT.md "report.md").
+
+Every number a verifier checks sits in a checked table: a line `<!-- table: NAME -->`, then a
+Markdown table whose first column is the row key and whose header names the columns. Cells are
+formatted by one rule (`cell`):
+
+    float            format(x, ".6f")           e.g. 0.283519, -0.000000
+    change (float)   format(cal - raw, "+.6f")  cal, raw: the float64 values of the JSON file
+    int              str(x)                     change: format(cal - raw, "+d")
+    bool             "yes" | "no"
+    null             "n/a"
+    str              as is
+
+`report_markdown(docs, protocol_sha256, figures)` is the whole document; `expected_tables(docs)`
+the checked tables as {table: {row: {column: cell}}}. Numbers in the prose (trajectory summary,
+bootstrap settings, environment) are read from the records too, and the whole text is compared
+byte for byte by the verifier.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bundle import layout
+from bundle.layout import data_name
+from bundle.views import RENDERER_PACKAGE
+
+JSON_FILES = (layout.PROTOCOL_JSON, layout.RESOURCES_JSON, layout.POOLS_JSON, layout.TEMPERATURE_JSON,
+              layout.TRAJECTORY_JSON, layout.METRICS_JSON, layout.ENVIRONMENT_JSON, layout.BOOTSTRAP_JSON,
+              layout.STABILITY_JSON)
+"""The payload files the report is written from (the keys of `docs`), in reading order; the
+optional ones (bootstrap, stability) are None when the bundle has none."""
+FIGURE_FILES = ((layout.RELIABILITY_FIGURE, ("Reliability diagrams of the audit pool, raw and "
+                 "calibrated, with the rows in each bin")),
+                (layout.CONFIDENCE_FIGURE, ("Histogram of top-label confidence on the audit "
+                 "pool, raw and calibrated")))
+"""The figures the report shows, in order, with their alternative text."""
+
+METRIC_ROWS = ("n", "correct", "accuracy", "mean_confidence", "nll", "brier", "ece", "mce")
+
+
+# --- the one formatting rule ----------------------------------------------------------------
+
+def cell(x: Any) -> str:
+    """A value as it appears in a machine-checkable table."""
+    if x is None:
+        return "n/a"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return str(x)
+    if isinstance(x, float):
+        return format(x, ".6f")
+    if isinstance(x, str):
+        return x
+    raise TypeError(f"no table format for {type(x).__name__}")
+
+
+def change(cal: Any, raw: Any) -> str:
+    """calibrated minus raw, signed."""
+    if isinstance(cal, bool) or isinstance(raw, bool):
+        raise TypeError("no change of a boolean")
+    if isinstance(cal, int) and isinstance(raw, int):
+        return format(cal - raw, "+d")
+    return format(float(cal) - float(raw), "+.6f")
+
+
+# --- the checked tables -----------------------------------------------------------------------
+
+Tables = dict[str, dict[str, dict[str, str]]]
+
+
+def _metrics_table(pool: dict[str, Any]) -> dict[str, dict[str, str]]:
+    raw, cal = pool["raw"], pool["calibrated"]
+    return {r: {"raw": cell(raw[r]), "calibrated": cell(cal[r]), "change": change(cal[r], raw[r])}
+            for r in METRIC_ROWS}
+
+
+def expected_tables(docs: Mapping[str, Any]) -> Tables:
+    """{table: {row: {column: cell}}} from the parsed JSON files (keys as in JSON_FILES)."""
+    t, m, pools = docs[layout.TEMPERATURE_JSON], docs[layout.METRICS_JSON], docs[layout.POOLS_JSON]
+    out: Tables = {
+        "pools": {name: {"size": cell(pools["sizes"][name])} for name in pools["sizes"]},
+        "temperature": {k: {"value": cell(t[k])} for k in
+                        ("temperature", "beta", "t_min", "t_max", "steps", "boundary", "nll_before",
+                         "nll_after")},
+        "metrics-audit": _metrics_table(m["pools"]["audit"]),
+        "metrics-calibration": _metrics_table(m["pools"]["calibration"]),
+        "threshold": {
+            f"{pool}/{kind}": {c: cell(m["pools"][pool][kind]["threshold"][c])
+                               for c in ("value", "accepted", "wrong_accepted")}
+            for pool in ("audit", "calibration") for kind in ("raw", "calibrated")
+        },
+        "bins-audit": {
+            str(b): {
+                "lower": cell(m["pools"]["audit"]["raw"]["bins"][b]["lower"]),
+                "upper": cell(m["pools"]["audit"]["raw"]["bins"][b]["upper"]),
+                **{f"{kind}_{c}": cell(m["pools"]["audit"][kind]["bins"][b][c])
+                   for kind in ("raw", "calibrated") for c in ("count", "accuracy", "mean_confidence")},
+            }
+            for b in range(len(m["pools"]["audit"]["raw"]["bins"]))
+        },
+    }
+    if docs.get(layout.BOOTSTRAP_JSON) is not None:
+        out["bootstrap"] = _bootstrap_table(docs[layout.BOOTSTRAP_JSON])
+    if docs.get(layout.STABILITY_JSON) is not None:
+        out["stability"] = _stability_table(docs[layout.STABILITY_JSON])
+    return out
+
+
+def _bootstrap_table(b: dict[str, Any]) -> dict[str, dict[str, str]]:
+    return {k: {c: cell(v[c]) for c in ("point", "lower", "upper", "verdict")}
+            for k, v in b["differences"].items()}
+
+
+def _stability_table(s: dict[str, Any]) -> dict[str, dict[str, str]]:
+    rows = {str(e["m"]): {c: cell(e[c]) for c in ("temperature", "boundary", "audit_nll")}
+            for e in s["sizes"]}
+    rows["raw"] = {"temperature": cell(1.0), "boundary": cell(False), "audit_nll": cell(s["audit_nll_raw"])}
+    return rows
+
+
+def _render_table(name: str, rows: dict[str, dict[str, str]], key: str) -> list[str]:
+    cols = list(next(iter(rows.values())))
+    lines = [f"<!-- table: {name} -->", "| " + " | ".join([key, *cols]) + " |",
+             "|" + "---|" + "---:|" * len(cols)]
+    lines += ["| " + " | ".join([r, *(rows[r][c] for c in cols)]) + " |" for r in rows]
+    return lines + [""]
+
+
+# --- the document ---------------------------------------------------------------------------
+
+def _short(h: str | None) -> str:
+    return "n/a" if h is None else f"`{h}`"
+
+
+def _protocol_paragraph(p: dict[str, Any], sha: str) -> str:
+    inf, fit, met = p["inference"], p["fit"], p["metrics"]
+    pools = ", ".join(f"{x['name']} {x['size']}" for x in p["split"]["pools"])
+    res = p["resources"]
+    return (
+        f"The protocol `{p['name']}` (protocol.json, sha256 `{sha}`) was fixed before the run. "
+        f"It pins the model `{res['model']['repo_id']}` at revision `{res['model']['revision']}` and "
+        f"the dataset `{res['dataset']['repo_id']}` at revision `{res['dataset']['revision']}`. "
+        f"Rows are ordered by the sha256 of `{p['split']['prefix']}` + idx and cut, in that order, "
+        f"into the pools {pools}. Inference runs on {inf['device']} in {inf['dtype']}, "
+        f"batches of {inf['batch_size']}, at most {inf['max_length']} tokens, "
+        f"{inf['torch_threads']} torch threads, deterministic algorithms "
+        f"{'on' if inf['deterministic_algorithms'] else 'off'}. One temperature is fitted on the "
+        f"{fit['pool']} pool by {fit['steps']} bisection steps on beta = 1/T over "
+        f"T in [{fit['t_min']}, {fit['t_max']}], written and frozen before the {met['pool']} pool is "
+        f"run. Metrics on the {met['pool']} pool are the evidence: accuracy, NLL, Brier score, "
+        f"ECE and MCE over {met['ece']['bins']} equal-width confidence bins, and the rows accepted "
+        f"at top-label probability >= {met['threshold']['value']}."
+    )
+
+
+def _resources_lines(r: dict[str, Any]) -> list[str]:
+    lines = [f"Profile: **{r['profile']}**"
+             + (" (every file is the protocol's pinned file at the pinned revision)." if r["profile"] == "formal"
+                else " (the resources differ from the protocol's pins).")]
+    if r["deviations"]:
+        lines += ["", "Deviations from the pins:", ""] + [f"- {d}" for d in r["deviations"]]
+    lines += ["", "| resource | repository | revision | source | file | size | sha256 | pin | matches pin |",
+              "|---|---|---|---|---|---:|---|---|---|"]
+    for kind in ("model", "dataset"):
+        repo = r[kind]
+        for f in repo["files"]:
+            lines.append(f"| {kind} | `{repo['repo_id']}` | `{repo['revision']}` | {repo['source']} | "
+                         f"`{f['path']}` | {f['size']} | `{f['sha256']}` | {f['pin']} | "
+                         f"{cell(bool(f['matches_pin']))} |")
+    return lines
+
+
+def _trajectory_lines(t: dict[str, Any], traj: dict[str, Any]) -> list[str]:
+    if t["boundary"]:
+        side = t["boundary_side"]
+        return [(f"The NLL derivative g(beta) did not change sign on [1/t_max, 1/t_min] "
+                f"(g at 1/t_max: {traj['g_at_beta_min']:.6e}, at 1/t_min: {traj['g_at_beta_max']:.6e}); "
+                f"the boundary `{side}` was taken and flagged. No bisection steps were run.")]
+    lo, hi = t["bracket"]
+    return [(f"Bisection on beta: g(1/t_max) = {traj['g_at_beta_min']:.6e} < 0 < g(1/t_min) = "
+            f"{traj['g_at_beta_max']:.6e}; {len(traj['steps'])} steps (trajectory.json) narrowed the "
+            f"bracket to width {hi - lo:.3e}; the gradient at the estimate is {t['final_gradient']:.3e}.")]
+
+
+def _environment_lines(e: dict[str, Any]) -> list[str]:
+    lines = [f"- Python {e['python']} ({e['implementation']}) on {e['platform']}",
+             f"- CPU: {e['cpu_model']}, {e['logical_cores']} logical cores",
+             f"- Container image: {_short(e['image'])}",
+             f"- Project commit: {_short(e['git_commit'])}",
+             "- Torch settings: " + ", ".join(f"{k} {v}" for k, v in sorted(e["torch"].items())
+                                               if isinstance(v, (str, int, float, bool)) or v is None),
+             "- Packages: " + ", ".join(f"{k} {v}" for k, v in sorted(e["packages"].items())
+                                        if v is not None and k != RENDERER_PACKAGE)]
+    return lines + ["", "Wall times and peak memory vary between runs; they are in environment.json."]
+
+
+def _bootstrap_lines(b: dict[str, Any] | None) -> list[str]:
+    if b is None:
+        return [("The pre-registered bootstrap did not run, so this report makes **no claim** that "
+                "the calibrated figures differ from the raw ones beyond chance."), ""]
+    q = b["interval"]["quantiles"]
+    lines = [(f"Paired bootstrap over the audit pool (bootstrap.json): {b['resamples']} resamples of "
+             f"the {b['n']} rows drawn with numpy's PCG64 from seed {b['seed']}; each resample "
+             f"scores the same rows raw and calibrated (T held fixed) and records calibrated minus "
+             f"raw. The interval is the {q[0]} and {q[1]} quantiles (numpy, method linear); "
+             "negative means calibration lowered the metric. A decrease or increase is claimed only "
+             "when the whole interval lies on one side of 0."), ""]
+    lines += _render_table("bootstrap", _bootstrap_table(b), "metric")
+    return lines
+
+
+def _stability_lines(s: dict[str, Any] | None) -> list[str]:
+    if s is None:
+        return ["The calibration-size study did not run.", ""]
+    lines = [("Descriptive only, never used to choose the temperature (stability.json): the first m "
+             "rows of the calibration pool in split-key order, each fitted as the main fit, and "
+             "the audit NLL at each temperature. The row `raw` is the audit NLL at T = 1."), ""]
+    lines += _render_table("stability", _stability_table(s), "m")
+    if any(e["m"] == s["calibration_n"] for e in s["sizes"]):
+        lines += [f"m = {s['calibration_n']} is the whole calibration pool: its temperature is the run's.", ""]
+    if s["skipped_sizes"]:
+        lines += [f"Skipped (larger than the calibration pool of {s['calibration_n']} rows): "
+                  + ", ".join(str(m) for m in s["skipped_sizes"]) + ".", ""]
+    return lines
+
+
+def _limits(docs: Mapping[str, Any]) -> list[str]:
+    r, b = docs[layout.RESOURCES_JSON], docs[layout.BOOTSTRAP_JSON]
+    items = [
+        ("It is about one model on one dataset's sentences; it says nothing about other data, "
+        "domains or label shift."),
+        ("Temperature scaling never changes the predicted label, so accuracy is the same raw and "
+        "calibrated; the result is about probabilities, not about how often the model is right."),
+        ("ECE and MCE depend on the 10 equal-width bins; bins with few rows (see the bin table) make "
+        "them noisy."),
+        ("The calibration-pool figures are those of the pool the temperature was fitted on; they are "
+        "not evidence."),
+    ]
+    if b is None:
+        items.append("No significance claim: the pre-registered bootstrap did not run.")
+    else:
+        items.append("The bootstrap interval covers the sampling of the audit rows only, with the "
+                     "temperature held fixed; it does not cover the choice of calibration rows, the "
+                     "model or the dataset. It is one pre-registered interval per metric, not a test "
+                     "corrected for multiple comparisons.")
+    if docs[layout.STABILITY_JSON] is not None:
+        items.append("The calibration-size study is descriptive; it did not choose the temperature.")
+    if r["profile"] != "formal":
+        items.append("The resources are not the protocol's pinned files (profile other); the figures "
+                     "do not speak for the pinned model or dataset.")
+    return [f"- {x}" for x in items]
+
+
+def _label_map_lines(p: dict[str, Any]) -> list[str]:
+    """The protocol's label map, when it has one (none for protocols written before the map)."""
+    if "label_map" not in p:
+        return []
+    lm = p["label_map"]
+    labels = p["resources"]["dataset"]["labels"]
+    how = "by name, ignoring case" if lm["by"] == "name" else "explicitly"
+    lines = ["## Label map", "",
+             (f"The model's outputs mapped onto the dataset's labels ({how}), fixed in the protocol and checked "
+              "against the model's config before inference. Logits are stored in dataset label order: "
+              "`logit_j` is dataset label j."), "",
+             "| model index | model label | dataset label | stored as |", "|---:|---|---|---|"]
+    for pair in sorted(lm["pairs"], key=lambda x: x["model_index"]):
+        j = labels.index(pair["dataset_label"])
+        lines.append(f"| {pair['model_index']} | {pair['model_label']} | {pair['dataset_label']} | `logit_{j}` |")
+    return lines + [""]
+
+
+def report_markdown(docs: Mapping[str, Any], protocol_sha256: str, figures: Sequence[str]) -> str:
+    """The report for a bundle whose parsed JSON files are `docs` (keys as in JSON_FILES),
+    whose protocol.json hashes to protocol_sha256 and whose payload holds the figures `figures`
+    (names inside data/; FIGURE_FILES that are not among them are not shown)."""
+    tables = expected_tables(docs)
+    p, t, m = docs[layout.PROTOCOL_JSON], docs[layout.TEMPERATURE_JSON], docs[layout.METRICS_JSON]
+    out: list[str] = [f"# Calibration run: {p['name']}", "",
+                      ("All numbers below are read from this bundle's files; tables marked "
+                      "`<!-- table: ... -->` are checked against them by the verifier "
+                      "(floats to 6 decimals)."), "",
+                      "## Question", "", p["question"], "",
+                      "## Protocol", "", _protocol_paragraph(p, protocol_sha256), "",
+                      "## Resources", ""]
+    out += _resources_lines(docs[layout.RESOURCES_JSON]) + [""]
+    out += _label_map_lines(p)
+    out += ["## Pools", "",
+            ("Disjoint pools in ascending split key (pools.json). The explore pool is not used by the "
+            "run; the calibration pool fits the temperature; the audit pool is the evidence."), ""]
+    out += _render_table("pools", tables["pools"], "pool")
+    out += ["## Temperature", "",
+            ("Fitted on the calibration pool (temperature.json); `nll_before` and `nll_after` are the "
+            "calibration-pool NLL at T = 1 and at the fitted T."), ""]
+    out += _render_table("temperature", tables["temperature"], "quantity")
+    out += _trajectory_lines(t, docs[layout.TRAJECTORY_JSON]) + [""]
+    out += ["## Metrics", "",
+            ("Audit pool, the evidence (metrics.json). `change` is calibrated minus raw; lower is "
+            "better for nll, brier, ece and mce."), ""]
+    out += _render_table("metrics-audit", tables["metrics-audit"], "metric")
+    out += [f"Predicted labels unchanged by the temperature: {cell(bool(m['argmax_unchanged']))}.", "",
+            "Calibration pool, the fit pool (not evidence):", ""]
+    out += _render_table("metrics-calibration", tables["metrics-calibration"], "metric")
+    out += ["### Threshold", "",
+            "Rows accepted at top-label probability >= value, and the wrong ones among them.", ""]
+    out += _render_table("threshold", tables["threshold"], "pool/probabilities")
+    out += ["### Reliability bins, audit pool", "",
+            "Bin b holds confidence in [lower, upper) (the last bin also holds 1.0).", ""]
+    out += _render_table("bins-audit", tables["bins-audit"], "bin")
+    shown = [(data_name(path), alt) for path, alt in FIGURE_FILES if data_name(path) in figures]
+    out += ["## Figures", ""]
+    out += [f"![{alt}]({path})\n" for path, alt in shown] or ["No figures were rendered.", ""]
+    out += ["## Uncertainty", ""] + _bootstrap_lines(docs[layout.BOOTSTRAP_JSON])
+    out += ["## Calibration-size stability", ""] + _stability_lines(docs[layout.STABILITY_JSON])
+    out += ["## Environment", ""] + _environment_lines(docs[layout.ENVIRONMENT_JSON]) + [""]
+    out += ["## What this result does not show", ""] + _limits(docs)
+    return "\n".join(out) + "\n"
