@@ -1,4 +1,4 @@
-"""The verifier as its own distribution (dist/verifier): a wheel built offline from the checkout,
+"""The verifier as its own distribution (`pip install ./verify`): a wheel built offline from the checkout,
 installed into a fresh virtual environment with only verify/requirements.txt, whose console
 script `calibration-verify` verifies a real bundle, outside the checkout, without torch. Marked
 slow: it creates a venv and installs the pinned wheels (from the configured index)."""
@@ -29,7 +29,7 @@ def _run(*cmd: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                            "--no-index", str(REPO / "dist" / "verifier"), "-w", str(out)],
+                            "--no-index", str(REPO / "verify"), "-w", str(out)],
                            capture_output=True, text=True, check=False, timeout=300)
     assert built.returncode == 0, built.stderr[-3000:]
     (path,) = out.glob("*.whl")
@@ -42,8 +42,10 @@ def test_the_wheel_holds_the_verifier_its_definitions_and_schemas_only(wheel: Pa
     assert {"verify/__main__.py", "verify/report.schema.json", "bundle/layout.py", "bundle/schemas.py",
             "schemas/predicate.schema.json"} <= names
     assert not any(n.startswith("job/") or n in ("bundle/bag.py", "bundle/statement.py") for n in names)
-    assert sorted(n for n in names if n.startswith("schemas/")) == \
-        sorted(f"schemas/{p.name}" for p in (REPO / "schemas").glob("*.schema.json"))
+    assert sorted(n for n in names if n.startswith("schemas/")) == sorted(
+        f"schemas/{p.name}" for pattern in ("*.schema.json", "*.digests.json")
+        for p in (REPO / "schemas").glob(pattern))
+    assert "verify/_wheel_backend.py" not in names
 
 
 @pytest.mark.slow

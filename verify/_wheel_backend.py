@@ -18,7 +18,7 @@ import re
 import zipfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+ROOT = Path(__file__).resolve().parent.parent
 """The repository checkout this distribution is built from."""
 NAME = "calibration-verify"
 DIST = NAME.replace("-", "_")
@@ -45,7 +45,7 @@ def files() -> dict[str, bytes]:
     """Wheel path -> bytes of every file the distribution installs."""
     out: dict[str, bytes] = {}
     for path in sorted((ROOT / "verify").iterdir()):
-        if path.suffix == ".py" or path.name == "report.schema.json":
+        if (path.suffix == ".py" and path.name != Path(__file__).name) or path.name == "report.schema.json":
             out[f"verify/{path.name}"] = path.read_bytes()
     for module in BUNDLE_MODULES:
         out[f"bundle/{module}.py"] = (ROOT / "bundle" / f"{module}.py").read_bytes()
@@ -76,7 +76,7 @@ def build_wheel(wheel_directory: str, config_settings: object = None,
     info = f"{DIST}-{version()}.dist-info"
     content = files()
     content[f"{info}/METADATA"] = metadata().encode("utf-8")
-    content[f"{info}/WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: verifier_backend\n"
+    content[f"{info}/WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: calibration-verify _wheel_backend\n"
                                 b"Root-Is-Purelib: true\nTag: py3-none-any\n")
     content[f"{info}/entry_points.txt"] = ENTRY_POINTS.encode("utf-8")
     record = [_record_line(p, d) for p, d in sorted(content.items())] + [f"{info}/RECORD,,"]
