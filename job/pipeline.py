@@ -11,17 +11,17 @@ import numpy as np
 
 from bundle import layout
 from job.artifacts import Artifacts
-from job.batching import encode
+from job.batching import Tokenized
 from job.calibration import TemperatureFit, fit_temperature, softmax
 from job.dataset import Rows, load_rows
 from job.environment import PeakRss, StageClock, environment_record
 from job.errors import JobError
 from job.figures import render_figures
 from job.forward_check import check_packed_forward
-from job.inference import Forward, run_pool
+from job.inference import run_pool
 from job.labelmap import LabelMap
 from job.metrics import compute_metrics
-from job.model import check_pair_inputs, load_model, model_directory
+from job.model import Model, load_model, model_directory
 from job.predictions import PoolOutput, predictions_table, read_logits
 from job.protocol import AUDIT, Protocol
 from job.protocol import CALIBRATION as CAL
@@ -72,11 +72,14 @@ def check_finite(out: PoolOutput, pool: str) -> None:
                        "the weights or the inputs are broken, so no temperature can be fitted.")
 
 
-def _infer(forward: Forward, pad_id: int, tokenizer: Any, rows: Rows, pool: Pool, s: Settings,
-           progress: bool, label_map: LabelMap | None = None) -> PoolOutput:
+def _infer(model: Model, rows: Rows, pool: Pool, s: Settings, progress: bool,
+           label_map: LabelMap | None = None) -> PoolOutput:
+    """The pool's logits in dataset label order. Rows are tokenised batch by batch as they run
+    (job.batching.Tokenized), so a pool's token ids are never all held at once."""
     texts, pairs = rows.inputs(pool.positions)
-    enc = encode(tokenizer, texts, s.max_length, pairs)
-    out = run_pool(forward, pad_id, enc, pool.keys, s, progress=f"{pool.name} inference" if progress else None)
+    tokens = Tokenized(model.tokenizer, texts, s.max_length, pairs, segments=model.segments)
+    out = run_pool(model.forward, model.pad_id, tokens, pool.keys, s,
+                   progress=f"{pool.name} inference" if progress else None)
     check_finite(out, pool.name)
     return out if label_map is None else label_map.apply(out)
 
@@ -87,12 +90,9 @@ def load_dataset_rows(protocol: Protocol, resources: Resources) -> Rows:
 
 
 def check_model_fits(protocol: Protocol, resources: Resources) -> None:
-    """Before any inference: the model's config names its outputs as the protocol's label map says,
-    and takes text pairs as the job feeds them when the dataset has pairs."""
+    """Before any inference: the model's config names its outputs as the protocol's label map says."""
     if protocol.label_map is not None:
         protocol.label_map.check_config(resources.model.local("config.json"))
-    if protocol.dataset.paired:
-        check_pair_inputs(resources.model.local("config.json"))
 
 
 def _table(rows: Rows, pool: Pool, out: PoolOutput) -> Any:
@@ -172,8 +172,7 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
                 model = load_model(model_dir, s)
             torch_info["forward"] = model.forward.name  # the packed re-implementation or transformers' own
         with clock.stage("calibration-inference"):
-            cal_out = _infer(model.forward, model.pad_id, model.tokenizer, rows, pools[CAL], s, progress,
-                             protocol.label_map)
+            cal_out = _infer(model, rows, pools[CAL], s, progress, protocol.label_map)
             art.write_table(cal_pred, _table(rows, pools[CAL], cal_out))
             stages.append(stage(protocol, "calibration-inference",
                                 art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON, layout.POOLS_JSON),
@@ -191,8 +190,7 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
         with clock.stage("audit-inference"):
             if not art.unchanged(layout.TEMPERATURE_JSON):
                 raise JobError("temperature.json changed before the audit; the run is void, start it again.")
-            audit_out = _infer(model.forward, model.pad_id, model.tokenizer, rows, pools[AUDIT], s, progress,
-                               protocol.label_map)
+            audit_out = _infer(model, rows, pools[AUDIT], s, progress, protocol.label_map)
             art.write_table(audit_pred, _table(rows, pools[AUDIT], audit_out))
             stages.append(stage(protocol, "audit-inference",
                                 art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON, layout.POOLS_JSON,
@@ -250,7 +248,7 @@ def smoke(protocol: Protocol, resources: Resources) -> dict[str, Any]:
     if unk is not None and unk in tokenizer(sample)["input_ids"]:
         raise JobError("The tokenizer maps words of a plain sentence to [UNK]; load it from the model "
                        "directory so that its vocabulary is used.")
-    out = _infer(model.forward, model.pad_id, tokenizer, rows, pool, s, progress=False, label_map=protocol.label_map)
+    out = _infer(model, rows, pool, s, progress=False, label_map=protocol.label_map)
     k = len(resources.dataset_spec["labels"])
     if out.logits.shape != (n, k):
         raise JobError(f"The model's logits have shape {list(out.logits.shape)}, expected [{n}, {k}]; "
