@@ -28,7 +28,7 @@ from job.protocol import CALIBRATION as CAL
 from job.report import report_markdown
 from job.resources import Resources
 from job.rocrate import Publication, crate_bytes
-from job.runtime import Settings, configure_torch
+from job.runtime import Settings, configure_torch, release_free_heap
 from job.split import Pool, make_pools
 from job.stability import stability_record
 from job.uncertainty import bootstrap_record
@@ -82,6 +82,15 @@ def _infer(model: Model, rows: Rows, pool: Pool, s: Settings, progress: bool,
                    progress=f"{pool.name} inference" if progress else None)
     check_finite(out, pool.name)
     return out if label_map is None else label_map.apply(out)
+
+
+def _release_memory() -> None:
+    """Return freed memory to the kernel (glibc's heap and pyarrow's pool) after a stage whose
+    transient objects grow with the split, so that later stages do not stack on top of them."""
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
+    release_free_heap()
 
 
 def load_dataset_rows(protocol: Protocol, resources: Resources) -> Rows:
@@ -165,6 +174,7 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
             art.write_json(layout.POOLS_JSON, pools_record(protocol, resources, rows, pools))
             stages.append(stage(protocol, "split", art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON),
                                 art.pick(layout.POOLS_JSON)))
+            _release_memory()  # the data files' tables and the pools record, before the model's weights
         with clock.stage("load-model"):
             check_model_fits(protocol, resources)
             torch_info = configure_torch(s)
@@ -192,6 +202,7 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
                 raise JobError("temperature.json changed before the audit; the run is void, start it again.")
             audit_out = _infer(model, rows, pools[AUDIT], s, progress, protocol.label_map)
             art.write_table(audit_pred, _table(rows, pools[AUDIT], audit_out))
+            _release_memory()
             stages.append(stage(protocol, "audit-inference",
                                 art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON, layout.POOLS_JSON,
                                          layout.TEMPERATURE_JSON),
@@ -212,6 +223,7 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
             with clock.stage("bootstrap"):
                 bootstrap = bootstrap_record(protocol.bootstrap, protocol.sha256, data_dir)
                 art.write_json(layout.BOOTSTRAP_JSON, bootstrap)
+                _release_memory()
         if protocol.stability is not None:
             with clock.stage("stability"):
                 stability = stability_record(protocol.stability, protocol.fit, protocol.sha256, data_dir)
