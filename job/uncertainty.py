@@ -72,7 +72,9 @@ def draw_counts(idx: NDArray[np.int64], n: int) -> F64:
     """W[b, i] = how often row i is drawn in resample b (float64, for BLAS products)."""
     b = idx.shape[0]
     flat = (idx + (np.arange(b, dtype=np.int64) * n)[:, None]).ravel()
-    return np.bincount(flat, minlength=b * n).reshape(b, n).astype(np.float64)
+    counts = np.bincount(flat, minlength=b * n)
+    del flat  # one block's draws held at a time: indices, counts, and the float64 counts
+    return counts.reshape(b, n).astype(np.float64)
 
 
 def row_terms(logits: F64, labels: NDArray[np.int64], beta: float) -> dict[str, F64]:
@@ -129,7 +131,7 @@ def paired_bootstrap(logits: F64, labels: NDArray[np.int64], beta: float, *, res
     digest = hashlib.sha256()
     parts: dict[str, list[F64]] = {m: [] for m in METRICS}
     for idx in resample_blocks(n, resamples, seed, cells):
-        digest.update(np.ascontiguousarray(idx, dtype="<i8").tobytes())
+        digest.update(np.ascontiguousarray(idx, dtype="<i8").data)  # the bytes, not a copy of them
         w = draw_counts(idx, n)
         del idx
         v_raw, v_cal = metric_values(raw, w), metric_values(cal, w)
