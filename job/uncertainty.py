@@ -45,7 +45,7 @@ from job.protocol import AUDIT, BootstrapSpec
 
 F64 = NDArray[np.float64]
 METRICS = ("nll", "brier", "ece")
-CHUNK_CELLS = 750_000  # draws per block: 6 MB of int64 indices; above the formal 2,000 x 360, one block
+CHUNK_CELLS = 1_000_000  # draws per block of resamples: 8 MB of int64 indices, 8 MB of float64 counts
 
 
 def resample_blocks(n: int, resamples: int, seed: int, cells: int = CHUNK_CELLS) -> Iterator[NDArray[np.int64]]:
