@@ -1,41 +1,152 @@
-"""Tokenising and batching: token ids per row, the protocol's batch order, right-padded batches."""
+"""Tokenising and batching: token counts per row, the protocol's batch order, right-padded batches.
+
+A pool's rows reach the model through a token source: `Tokenized` tokenises every row once to count
+its tokens (the batch plan needs only the counts) and tokenises each batch's rows again when that
+batch runs, so no more than one batch's token ids are ever held; `Encoded` holds the ids of a few
+rows that are already tokenised. Both give the same batches for the same rows: one tokenising rule
+(`tokenize`) and one padding rule (`padded_batch`)."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
+from job.errors import JobError
+
+COUNT_CHUNK = 1024  # rows tokenised at a time while counting tokens: bounds the tokenizer's output held
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One right-padded batch [B, longest]: token ids, attention mask (1 on real tokens) and, for a
+    model with segment embeddings, token type ids (0 on padding); None for other models."""
+
+    ids: NDArray[np.int64]
+    mask: NDArray[np.int64]
+    types: NDArray[np.int64] | None = None
+
+
+class Tokens(Protocol):
+    """A pool's rows as the model sees them: token counts and truncation flags per row (pool order),
+    and the padded batch of any rows."""
+
+    @property
+    def lengths(self) -> NDArray[np.int64]: ...
+
+    @property
+    def truncated(self) -> NDArray[np.bool_]: ...
+
+    def batch(self, rows: Sequence[int], pad_id: int, /) -> Batch: ...
+
+
+def tokenize(tokenizer: Any, texts: Sequence[str], max_length: int, pairs: Sequence[str] | None = None,
+             segments: bool = False) -> tuple[list[list[int]], list[list[int]] | None, NDArray[np.bool_]]:
+    """(token ids, token type ids or None, truncated flags) of each row, special tokens included.
+
+    Row i is texts[i], or the pair (texts[i], pairs[i]) joined as the model's tokenizer joins pairs.
+    A row longer than max_length is tokenised again with `truncation=True, max_length=max_length`
+    and flagged. Token type ids (the tokenizer's segment of each token) only when `segments`."""
+    second = None if pairs is None else list(pairs)
+    kwargs: dict[str, Any] = {"add_special_tokens": True, "return_attention_mask": False,
+                              "return_token_type_ids": segments}
+    full = tokenizer(list(texts), second, truncation=False, verbose=False, **kwargs)
+    ids = [list(x) for x in full["input_ids"]]
+    types = [list(x) for x in full["token_type_ids"]] if segments else None
+    truncated = np.array([len(x) > max_length for x in ids], dtype=bool)
+    if truncated.any():
+        cut_rows = [i for i in range(len(ids)) if truncated[i]]
+        cut = tokenizer([texts[i] for i in cut_rows], None if second is None else [second[i] for i in cut_rows],
+                        truncation=True, max_length=max_length, **kwargs)
+        for j, i in enumerate(cut_rows):
+            ids[i] = list(cut["input_ids"][j])
+            if types is not None:
+                types[i] = list(cut["token_type_ids"][j])
+    return ids, types, truncated
+
+
+def _flat(rows: Sequence[Sequence[int]], lengths: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """(every row's values back to back, where each row starts)."""
+    offsets = np.zeros(len(lengths), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=offsets[1:])
+    flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
+    return flat, offsets
+
+
+def _batch(ids: Sequence[Sequence[int]], types: Sequence[Sequence[int]] | None, pad_id: int) -> Batch:
+    """The padded batch of these rows, in this order."""
+    lengths = np.array([len(x) for x in ids], dtype=np.int64)
+    rows = list(range(len(ids)))
+    flat, offsets = _flat(ids, lengths)
+    padded, mask = padded_batch(flat, offsets, lengths, rows, pad_id)
+    if types is None:
+        return Batch(padded, mask)
+    flat_types, _ = _flat(types, lengths)
+    return Batch(padded, mask, padded_batch(flat_types, offsets, lengths, rows, 0)[0])
+
 
 @dataclass(frozen=True)
 class Encoded:
+    """Rows already tokenised, ids held in memory (a few rows: the forward check)."""
+
     ids: tuple[tuple[int, ...], ...]
     truncated: NDArray[np.bool_]
+    types: tuple[tuple[int, ...], ...] | None = None
 
     @property
     def lengths(self) -> NDArray[np.int64]:
         return np.array([len(i) for i in self.ids], dtype=np.int64)
 
+    def batch(self, rows: Sequence[int], pad_id: int, /) -> Batch:
+        return _batch([self.ids[r] for r in rows], None if self.types is None else [self.types[r] for r in rows],
+                      pad_id)
 
-def encode(tokenizer: Any, texts: Sequence[str], max_length: int, pairs: Sequence[str] | None = None) -> Encoded:
-    """Token ids with special tokens, truncated to max_length; flags the rows that were cut.
 
-    With `pairs`, row i is the pair (texts[i], pairs[i]), tokenised as the model's tokenizer joins
-    pairs (`tokenizer(texts, pairs, truncation=True, max_length=...)` for the rows that are cut)."""
-    second = None if pairs is None else list(pairs)
-    full = tokenizer(list(texts), second, add_special_tokens=True, truncation=False, verbose=False)["input_ids"]
-    truncated = np.array([len(x) > max_length for x in full], dtype=bool)
-    ids = [tuple(x) for x in full]
-    if truncated.any():
-        cut_rows = [i for i in range(len(texts)) if truncated[i]]
-        cut = tokenizer([texts[i] for i in cut_rows], None if second is None else [second[i] for i in cut_rows],
-                        add_special_tokens=True, truncation=True, max_length=max_length)["input_ids"]
-        for i, x in zip(cut_rows, cut, strict=True):
-            ids[i] = tuple(x)
-    return Encoded(tuple(ids), truncated)
+def encode(tokenizer: Any, texts: Sequence[str], max_length: int, pairs: Sequence[str] | None = None,
+           segments: bool = False) -> Encoded:
+    """Every row tokenised now and held (see `tokenize`)."""
+    ids, types, truncated = tokenize(tokenizer, texts, max_length, pairs, segments)
+    return Encoded(tuple(tuple(x) for x in ids), truncated, None if types is None else tuple(tuple(x) for x in types))
+
+
+class Tokenized:
+    """A pool's rows, tokenised once to count tokens and again batch by batch: only the counts,
+    the flags and the texts (which the caller holds anyway) stay in memory."""
+
+    def __init__(self, tokenizer: Any, texts: Sequence[str], max_length: int, pairs: Sequence[str] | None = None,
+                 segments: bool = False, chunk: int = COUNT_CHUNK) -> None:
+        self.tokenizer, self.texts, self.pairs = tokenizer, texts, pairs
+        self.max_length, self.segments = max_length, segments
+        lengths = np.zeros(len(texts), dtype=np.int64)
+        truncated = np.zeros(len(texts), dtype=bool)
+        for start in range(0, len(texts), chunk):
+            stop = min(start + chunk, len(texts))
+            ids, _, cut = tokenize(tokenizer, texts[start:stop], max_length,
+                                   None if pairs is None else pairs[start:stop])
+            lengths[start:stop] = [len(x) for x in ids]
+            truncated[start:stop] = cut
+        self._lengths, self._truncated = lengths, truncated
+
+    @property
+    def lengths(self) -> NDArray[np.int64]:
+        return self._lengths
+
+    @property
+    def truncated(self) -> NDArray[np.bool_]:
+        return self._truncated
+
+    def batch(self, rows: Sequence[int], pad_id: int, /) -> Batch:
+        """The rows tokenised again; their counts must be the ones the batch plan was made from."""
+        ids, types, _ = tokenize(self.tokenizer, [self.texts[r] for r in rows], self.max_length,
+                                 None if self.pairs is None else [self.pairs[r] for r in rows], self.segments)
+        if [len(x) for x in ids] != self._lengths[list(rows)].tolist():
+            raise JobError("The tokenizer gave a row another token count on a second pass, so the batch plan "
+                           "does not hold; use a tokenizer that is deterministic (no random sampling).")
+        return _batch(ids, types, pad_id)
 
 
 def batch_plan(lengths: NDArray[np.int64], keys: Sequence[str], batch_size: int) -> list[list[int]]:
@@ -55,5 +166,3 @@ def padded_batch(flat: NDArray[np.int64], offsets: NDArray[np.int64], lengths: N
     src = np.minimum(offsets[rows][:, None] + cols[None, :], len(flat) - 1)
     ids = np.where(mask, flat[src], np.int64(pad_id))
     return ids, mask.astype(np.int64)
-
-

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from job.errors import JobError
 from job.predictions import PoolOutput
@@ -76,9 +77,11 @@ class LabelMap:
 
     def apply(self, out: PoolOutput) -> PoolOutput:
         """The pool's logits with columns in dataset label order; the same values, reordered."""
-        if self.identity:
-            return out
-        return replace(out, logits=np.ascontiguousarray(out.logits[:, list(self.order)]))
+        return out if self.identity else replace(out, logits=self.reorder(out.logits))
+
+    def reorder(self, logits: NDArray[np.float32]) -> NDArray[np.float32]:
+        """Logits [n, K] in model output order -> the same values with columns in dataset label order."""
+        return logits if self.identity else np.ascontiguousarray(logits[:, list(self.order)])
 
     def pairs(self) -> list[tuple[int, str, str]]:
         """(model index, model label, dataset label) for every model output index."""

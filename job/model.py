@@ -31,11 +31,14 @@ from job.runtime import Settings
 @dataclass(frozen=True)
 class Model:
     """What a run infers with. `packed`: `forward` is the job's own re-implementation of the model
-    (a DistilBertClassifier), which a run checks against transformers' forward (job.forward_check)."""
+    (a DistilBertClassifier), which a run checks against transformers' forward (job.forward_check).
+    `segments`: the model has segment embeddings (config type_vocab_size above 1, e.g. BERT), so
+    its forward takes the tokenizer's token type ids, which tell the two texts of a pair apart."""
 
     tokenizer: Any
     forward: Forward
     packed: bool
+    segments: bool = False
 
     @property
     def pad_id(self) -> int:
@@ -43,16 +46,19 @@ class Model:
 
 
 class TransformersForward:
-    """transformers' own forward of a loaded sequence classifier in eval mode, on the padded batch."""
+    """transformers' own forward of a loaded sequence classifier in eval mode, on the padded batch;
+    with token type ids for a model with segment embeddings."""
 
     def __init__(self, model: Any) -> None:
         self.model = model
         self.name = f"{type(model).__module__}.{type(model).__name__}"
 
-    def __call__(self, ids: NDArray[np.int64], mask: NDArray[np.int64], /) -> Any:
+    def __call__(self, ids: NDArray[np.int64], mask: NDArray[np.int64], types: NDArray[np.int64] | None = None,
+                 /) -> Any:
         import torch
 
-        return self.model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask)).logits
+        extra = {} if types is None else {"token_type_ids": torch.from_numpy(types)}
+        return self.model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask), **extra).logits
 
 
 @contextlib.contextmanager
@@ -69,7 +75,8 @@ def model_directory(repo: ResolvedRepo) -> Iterator[Path]:
 def load_model(model_dir: Path, s: Settings) -> Model:
     """Tokenizer and forward, float32, eval mode, the protocol's attention implementation: the packed
     forward when the protocol asks for eager attention and model.safetensors holds a float32
-    DistilBERT sequence classifier in transformers' tensor layout, transformers' forward otherwise."""
+    DistilBERT sequence classifier in transformers' tensor layout (no segment embeddings),
+    transformers' forward otherwise, fed token type ids when the model has segment embeddings."""
     from safetensors import SafetensorError
 
     try:
@@ -77,8 +84,9 @@ def load_model(model_dir: Path, s: Settings) -> Model:
         packed = DistilBertClassifier.load(model_dir) if s.attn_implementation == "eager" else None
         if packed is not None:
             return Model(tokenizer, packed, packed=True)
-        return Model(tokenizer, TransformersForward(load_transformers(model_dir, s.attn_implementation)),
-                     packed=False)
+        model = load_transformers(model_dir, s.attn_implementation)
+        segments = int(getattr(model.config, "type_vocab_size", 0) or 0) > 1
+        return Model(tokenizer, TransformersForward(model), packed=False, segments=segments)
     except (OSError, ValueError, SafetensorError) as exc:
         raise JobError(f"Cannot load the model from its checked files ({exc}); the files may not form a "
                        "sequence classifier that transformers' AutoModelForSequenceClassification loads.") from exc
@@ -112,20 +120,3 @@ def load_transformers(model_dir: Path, attn_implementation: str) -> Any:
         raise ValueError(f"{type(model).__name__} loaded with parameters {dtypes}, attention {attn!r}, "
                          f"training {model.training}, not float32, {attn_implementation!r} and eval mode")
     return model
-
-
-def check_pair_inputs(config_path: Path) -> None:
-    """JobError unless the model can take a text pair as the job feeds it: input ids and attention
-    mask, no token type ids. A model with segment embeddings (type_vocab_size above 1, e.g. BERT)
-    would see the second text as the first segment, so the run refuses it rather than guess."""
-    import json
-
-    try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise JobError(f"Cannot read the model's config {config_path} ({exc}); check the model files.") from exc
-    types = int(config.get("type_vocab_size") or 0)
-    if types > 1:
-        raise JobError(f"The model has {types} token types (segment embeddings), which the job does not feed for "
-                       "text pairs; use a model without them (RoBERTa, DeBERTa-v3) or a single text column.")
-

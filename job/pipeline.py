@@ -11,24 +11,24 @@ import numpy as np
 
 from bundle import layout
 from job.artifacts import Artifacts
-from job.batching import encode
+from job.batching import Tokenized
 from job.calibration import TemperatureFit, fit_temperature, softmax
 from job.dataset import Rows, load_rows
 from job.environment import PeakRss, StageClock, environment_record
 from job.errors import JobError
 from job.figures import render_figures
 from job.forward_check import check_packed_forward
-from job.inference import Forward, run_pool
+from job.inference import run_pool
 from job.labelmap import LabelMap
 from job.metrics import compute_metrics
-from job.model import check_pair_inputs, load_model, model_directory
+from job.model import Model, load_model, model_directory
 from job.predictions import PoolOutput, predictions_table, read_logits
 from job.protocol import AUDIT, Protocol
 from job.protocol import CALIBRATION as CAL
 from job.report import report_markdown
 from job.resources import Resources
 from job.rocrate import Publication, crate_bytes
-from job.runtime import Settings, configure_torch
+from job.runtime import Settings, configure_torch, release_free_heap
 from job.split import Pool, make_pools
 from job.stability import stability_record
 from job.uncertainty import bootstrap_record
@@ -72,13 +72,25 @@ def check_finite(out: PoolOutput, pool: str) -> None:
                        "the weights or the inputs are broken, so no temperature can be fitted.")
 
 
-def _infer(forward: Forward, pad_id: int, tokenizer: Any, rows: Rows, pool: Pool, s: Settings,
-           progress: bool, label_map: LabelMap | None = None) -> PoolOutput:
+def _infer(model: Model, rows: Rows, pool: Pool, s: Settings, progress: bool,
+           label_map: LabelMap | None = None) -> PoolOutput:
+    """The pool's logits in dataset label order. Rows are tokenised batch by batch as they run
+    (job.batching.Tokenized), so a pool's token ids are never all held at once."""
     texts, pairs = rows.inputs(pool.positions)
-    enc = encode(tokenizer, texts, s.max_length, pairs)
-    out = run_pool(forward, pad_id, enc, pool.keys, s, progress=f"{pool.name} inference" if progress else None)
+    tokens = Tokenized(model.tokenizer, texts, s.max_length, pairs, segments=model.segments)
+    out = run_pool(model.forward, model.pad_id, tokens, pool.keys, s,
+                   progress=f"{pool.name} inference" if progress else None)
     check_finite(out, pool.name)
     return out if label_map is None else label_map.apply(out)
+
+
+def _release_memory() -> None:
+    """Return freed memory to the kernel (glibc's heap and pyarrow's pool) after a stage whose
+    transient objects grow with the split, so that later stages do not stack on top of them."""
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
+    release_free_heap()
 
 
 def load_dataset_rows(protocol: Protocol, resources: Resources) -> Rows:
@@ -87,12 +99,9 @@ def load_dataset_rows(protocol: Protocol, resources: Resources) -> Rows:
 
 
 def check_model_fits(protocol: Protocol, resources: Resources) -> None:
-    """Before any inference: the model's config names its outputs as the protocol's label map says,
-    and takes text pairs as the job feeds them when the dataset has pairs."""
+    """Before any inference: the model's config names its outputs as the protocol's label map says."""
     if protocol.label_map is not None:
         protocol.label_map.check_config(resources.model.local("config.json"))
-    if protocol.dataset.paired:
-        check_pair_inputs(resources.model.local("config.json"))
 
 
 def _table(rows: Rows, pool: Pool, out: PoolOutput) -> Any:
@@ -165,6 +174,7 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
             art.write_json(layout.POOLS_JSON, pools_record(protocol, resources, rows, pools))
             stages.append(stage(protocol, "split", art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON),
                                 art.pick(layout.POOLS_JSON)))
+            _release_memory()  # the data files' tables and the pools record, before the model's weights
         with clock.stage("load-model"):
             check_model_fits(protocol, resources)
             torch_info = configure_torch(s)
@@ -172,8 +182,7 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
                 model = load_model(model_dir, s)
             torch_info["forward"] = model.forward.name  # the packed re-implementation or transformers' own
         with clock.stage("calibration-inference"):
-            cal_out = _infer(model.forward, model.pad_id, model.tokenizer, rows, pools[CAL], s, progress,
-                             protocol.label_map)
+            cal_out = _infer(model, rows, pools[CAL], s, progress, protocol.label_map)
             art.write_table(cal_pred, _table(rows, pools[CAL], cal_out))
             stages.append(stage(protocol, "calibration-inference",
                                 art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON, layout.POOLS_JSON),
@@ -191,9 +200,9 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
         with clock.stage("audit-inference"):
             if not art.unchanged(layout.TEMPERATURE_JSON):
                 raise JobError("temperature.json changed before the audit; the run is void, start it again.")
-            audit_out = _infer(model.forward, model.pad_id, model.tokenizer, rows, pools[AUDIT], s, progress,
-                               protocol.label_map)
+            audit_out = _infer(model, rows, pools[AUDIT], s, progress, protocol.label_map)
             art.write_table(audit_pred, _table(rows, pools[AUDIT], audit_out))
+            _release_memory()
             stages.append(stage(protocol, "audit-inference",
                                 art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON, layout.POOLS_JSON,
                                          layout.TEMPERATURE_JSON),
@@ -214,6 +223,7 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
             with clock.stage("bootstrap"):
                 bootstrap = bootstrap_record(protocol.bootstrap, protocol.sha256, data_dir)
                 art.write_json(layout.BOOTSTRAP_JSON, bootstrap)
+                _release_memory()
         if protocol.stability is not None:
             with clock.stage("stability"):
                 stability = stability_record(protocol.stability, protocol.fit, protocol.sha256, data_dir)
@@ -250,7 +260,7 @@ def smoke(protocol: Protocol, resources: Resources) -> dict[str, Any]:
     if unk is not None and unk in tokenizer(sample)["input_ids"]:
         raise JobError("The tokenizer maps words of a plain sentence to [UNK]; load it from the model "
                        "directory so that its vocabulary is used.")
-    out = _infer(model.forward, model.pad_id, tokenizer, rows, pool, s, progress=False, label_map=protocol.label_map)
+    out = _infer(model, rows, pool, s, progress=False, label_map=protocol.label_map)
     k = len(resources.dataset_spec["labels"])
     if out.logits.shape != (n, k):
         raise JobError(f"The model's logits have shape {list(out.logits.shape)}, expected [{n}, {k}]; "

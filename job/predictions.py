@@ -53,8 +53,9 @@ def write_predictions(table: pa.Table, path: Path) -> None:
 
 
 def read_logits(path: Path) -> tuple[NDArray[np.float32], NDArray[np.int64]]:
-    """Logits [n, K] float32 and labels from a predictions file."""
-    table = pq.read_table(path)
-    k = sum(1 for name in table.column_names if name.startswith("logit_"))
+    """Logits [n, K] float32 and labels from a predictions file (only those columns are read)."""
+    logit_names = [name for name in pq.read_schema(path).names if name.startswith("logit_")]
+    table = pq.read_table(path, columns=[*logit_names, "label"])
+    k = len(logit_names)
     logits = np.stack([table.column(f"logit_{j}").to_numpy() for j in range(k)], axis=1)
     return logits.astype(np.float32), table.column("label").to_numpy().astype(np.int64)

@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 from bundle import layout
 from bundle.attestation import attestation_bytes, build_reproduction_statement, write_attestation
 from bundle.keys import fingerprint, load_private_key
-from job.batching import encode
+from job.batching import Tokenized
 from job.dataset import load_rows
 from job.environment import cpu_model, git_commit
 from job.errors import JobError
@@ -113,7 +113,7 @@ def rerun(bundle: VerifiedBundle, protocol: Protocol, resources: Resources, samp
     from job.runtime import Settings, configure_torch
 
     s = Settings.from_protocol(protocol.inference)
-    rows = load_rows(resources.dataset.files[0].local, resources.dataset_spec)
+    rows = load_rows([f.local for f in resources.dataset.files], resources.dataset_spec, protocol.dataset)
     pools = make_pools(protocol.prefix, rows.ids, protocol.split.pools)
     recorded = {name: bundle.pool(name) for name in POOLS}
     for name in POOLS:
@@ -134,9 +134,14 @@ def rerun(bundle: VerifiedBundle, protocol: Protocol, resources: Resources, samp
         needed = sorted(r for batch in plan for r in batch)
         local = {r: i for i, r in enumerate(needed)}
         positions = pools[name].positions
-        enc = encode(model.tokenizer, [rows.texts[positions[r]] for r in needed], s.max_length)
+        # The run's inputs for these rows: the same texts (and pairs), tokenised by the same rule and
+        # with token type ids for a model with segment embeddings, batch by batch as they run.
+        texts, pairs = rows.inputs([positions[r] for r in needed])
+        tokens = Tokenized(model.tokenizer, texts, s.max_length, pairs, segments=model.segments)
         label = f"{name} re-run" if progress else None
-        logits = run_batches(model.forward, model.pad_id, enc, [[local[r] for r in b] for b in plan], label)
+        logits = run_batches(model.forward, model.pad_id, tokens, [[local[r] for r in b] for b in plan], label)
+        if protocol.label_map is not None:
+            logits = protocol.label_map.reorder(logits)  # stored columns are in dataset label order
         compared = chosen if chosen is not None else list(range(len(positions)))
         found = logits[[local[r] for r in compared]]
         if not np.isfinite(found).all():

@@ -14,11 +14,19 @@ Vectorised: a (resamples x n) matrix of draw counts W (bincount over row-offset 
 every per-resample mean into one matrix product W @ x / n; ECE uses the identity
 ECE = (1/n) sum_b |sum_{i in b} w_i (correct_i - conf_i)|, so the per-bin signed sums are W @ D with
 D[i, b] = (correct_i - conf_i) [bin_i = b].
+
+Bounded memory: the matrix is drawn and scored in consecutive blocks of resamples, at most
+CHUNK_CELLS draws each (a block is still one call of `integers`, and the generator fills in order,
+so the blocks are the rows of the one matrix above, and its sha256 is hashed block by block). A pool
+of up to CHUNK_CELLS / resamples rows (the formal protocol's 360 audit rows among them) is one block,
+computed exactly as the whole matrix; a larger pool's products are the same sums per resample, which
+BLAS may round differently in the last bits of a float64.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +45,16 @@ from job.protocol import AUDIT, BootstrapSpec
 
 F64 = NDArray[np.float64]
 METRICS = ("nll", "brier", "ece")
+CHUNK_CELLS = 1_000_000  # draws per block of resamples: 8 MB of int64 indices, 8 MB of float64 counts
+
+
+def resample_blocks(n: int, resamples: int, seed: int, cells: int = CHUNK_CELLS) -> Iterator[NDArray[np.int64]]:
+    """The rows of bootstrap_indices(n, resamples, seed), in order, in blocks of at most `cells`
+    draws (at least one resample per block)."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    step = max(1, cells // max(n, 1))
+    for start in range(0, resamples, step):
+        yield rng.integers(0, n, size=(min(step, resamples - start), n), dtype=np.int64)
 
 
 def bootstrap_indices(n: int, resamples: int, seed: int) -> NDArray[np.int64]:
@@ -54,7 +72,9 @@ def draw_counts(idx: NDArray[np.int64], n: int) -> F64:
     """W[b, i] = how often row i is drawn in resample b (float64, for BLAS products)."""
     b = idx.shape[0]
     flat = (idx + (np.arange(b, dtype=np.int64) * n)[:, None]).ravel()
-    return np.bincount(flat, minlength=b * n).reshape(b, n).astype(np.float64)
+    counts = np.bincount(flat, minlength=b * n)
+    del flat  # one block's draws held at a time: indices, counts, and the float64 counts
+    return counts.reshape(b, n).astype(np.float64)
 
 
 def row_terms(logits: F64, labels: NDArray[np.int64], beta: float) -> dict[str, F64]:
@@ -100,21 +120,29 @@ class Bootstrap:
 
 
 def paired_bootstrap(logits: F64, labels: NDArray[np.int64], beta: float, *, resamples: int,
-                     seed: int, quantiles: tuple[float, float] = (0.025, 0.975)) -> Bootstrap:
-    """Paired percentile bootstrap of calibrated-minus-raw NLL, Brier and ECE."""
+                     seed: int, quantiles: tuple[float, float] = (0.025, 0.975),
+                     cells: int = CHUNK_CELLS) -> Bootstrap:
+    """Paired percentile bootstrap of calibrated-minus-raw NLL, Brier and ECE, drawn and scored in
+    blocks of at most `cells` draws."""
     n = len(labels)
-    idx = bootstrap_indices(n, resamples, seed)
-    w = draw_counts(idx, n)
     raw, cal = row_terms(logits, labels, 1.0), row_terms(logits, labels, beta)
     full = np.ones((1, n))
     d_point = {m: float(metric_values(cal, full)[m][0] - metric_values(raw, full)[m][0]) for m in METRICS}
-    v_raw, v_cal = metric_values(raw, w), metric_values(cal, w)
-    diffs = {m: v_cal[m] - v_raw[m] for m in METRICS}
+    digest = hashlib.sha256()
+    parts: dict[str, list[F64]] = {m: [] for m in METRICS}
+    for idx in resample_blocks(n, resamples, seed, cells):
+        digest.update(np.ascontiguousarray(idx, dtype="<i8").data)  # the bytes, not a copy of them
+        w = draw_counts(idx, n)
+        del idx
+        v_raw, v_cal = metric_values(raw, w), metric_values(cal, w)
+        for m in METRICS:
+            parts[m].append(v_cal[m] - v_raw[m])
+    diffs = {m: np.concatenate(parts[m]) for m in METRICS}
     lo, hi = {}, {}
     for m in METRICS:
         q = np.quantile(diffs[m], list(quantiles), method="linear")
         lo[m], hi[m] = float(q[0]), float(q[1])
-    return Bootstrap(n=n, resamples=resamples, seed=seed, indices_sha256=indices_sha256(idx),
+    return Bootstrap(n=n, resamples=resamples, seed=seed, indices_sha256=digest.hexdigest(),
                      point=d_point, differences=diffs, lower=lo, upper=hi)
 
 

@@ -4,11 +4,14 @@ quantile interval and the verdict.
 
 Resamples are scored through draw counts: W[b, i] = how often row i was drawn in resample b, so a
 metric that is a mean over drawn rows is W @ per-row values / n, and the ECE of a resample is
-sum over bins |sum of W * correct - sum of W * confidence| / n over the rows in that bin."""
+sum over bins |sum of W * correct - sum of W * confidence| / n over the rows in that bin. The
+matrix is drawn and scored in blocks of resamples (BLOCK_CELLS draws at most), so memory stays
+bounded however many resamples of however many rows the protocol asks for."""
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -21,10 +24,22 @@ from verify.numerics import F64, I64
 from verify.result import Failed
 
 TOL = 1e-9
+BLOCK_CELLS = 4_000_000
+"""Draws per block of resamples: 32 MB of indices and 32 MB of counts, whatever the protocol asks."""
 
 
 def resample_indices(seed: int, resamples: int, n: int) -> NDArray[np.int64]:
     return np.random.Generator(np.random.PCG64(seed)).integers(0, n, size=(resamples, n))
+
+
+def resample_blocks(seed: int, resamples: int, n: int, cells: int = BLOCK_CELLS) -> Iterator[NDArray[np.int64]]:
+    """The rows of resample_indices(seed, resamples, n), in order, in blocks of at most `cells`
+    draws (at least one resample each): the generator fills in order, so drawing block by block
+    gives the same numbers as drawing the whole matrix, in bounded memory."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    step = max(1, cells // max(n, 1))
+    for start in range(0, resamples, step):
+        yield rng.integers(0, n, size=(min(step, resamples - start), n))
 
 
 def indices_sha256(indices: NDArray[np.int64]) -> str:
@@ -37,8 +52,10 @@ def draw_counts(indices: NDArray[np.int64], n: int) -> F64:
     return np.bincount(flat, minlength=r * n).reshape(r, n).astype(np.float64)
 
 
-def resampled_metrics(z: F64, y: I64, beta: float, counts: F64) -> dict[str, F64]:
-    """nll, brier and ece of every resample (rows of `counts`) at inverse temperature beta."""
+def row_terms(z: F64, y: I64, beta: float) -> tuple[F64, F64, F64]:
+    """Per-row values whose count-weighted sums give each metric at inverse temperature beta:
+    -log p_y, the Brier sum, and an (n, bins) matrix holding correct - confidence in the column
+    of the row's confidence bin."""
     n = len(y)
     rows = np.arange(n)
     lp = numerics.log_probs(z, beta)
@@ -52,12 +69,19 @@ def resampled_metrics(z: F64, y: I64, beta: float, counts: F64) -> dict[str, F64
         raise ValueError("a confidence fell outside [0, 1]")
     member = np.zeros((n, numerics.N_BINS))
     member[rows, bins] = 1.0
-    gap = counts @ (member * (correct - conf)[:, None])
-    return {
-        "nll": counts @ (-lp[rows, y]) / n,
-        "brier": counts @ ((p - onehot) ** 2).sum(axis=1) / n,
-        "ece": np.abs(gap).sum(axis=1) / n,
-    }
+    return -lp[rows, y], ((p - onehot) ** 2).sum(axis=1), member * (correct - conf)[:, None]
+
+
+def scored(terms: tuple[F64, F64, F64], counts: F64) -> dict[str, F64]:
+    """nll, brier and ece of every resample (rows of `counts`) from row_terms."""
+    nll, brier, gap = terms
+    n = counts.shape[1]
+    return {"nll": counts @ nll / n, "brier": counts @ brier / n, "ece": np.abs(counts @ gap).sum(axis=1) / n}
+
+
+def resampled_metrics(z: F64, y: I64, beta: float, counts: F64) -> dict[str, F64]:
+    """nll, brier and ece of every resample (rows of `counts`) at inverse temperature beta."""
+    return scored(row_terms(z, y, beta), counts)
 
 
 def verdict(lower: float, upper: float) -> str:
@@ -96,20 +120,29 @@ def check_record(doc: dict[str, Any], protocol: dict[str, Any], audit_n: int, be
 
 def check_differences(doc: dict[str, Any], z: F64, y: I64) -> str:
     n = len(y)
-    indices = resample_indices(doc["seed"], doc["resamples"], n)
-    digest = indices_sha256(indices)
-    if digest != doc["indices_sha256"]:
+    digest = hashlib.sha256()
+    # Every per-row value of both scorings as the columns of one matrix, so that each block of
+    # counts is read once: nll raw, nll calibrated, brier raw, brier calibrated, then the bins.
+    (nll_r, brier_r, gap_r), (nll_c, brier_c, gap_c) = row_terms(z, y, 1.0), row_terms(z, y, doc["beta"])
+    columns = np.column_stack([nll_r, nll_c, brier_r, brier_c, gap_r, gap_c])
+    bins = gap_r.shape[1]
+    parts: dict[str, list[F64]] = {"nll": [], "brier": [], "ece": []}
+    for indices in resample_blocks(doc["seed"], doc["resamples"], n):
+        digest.update(np.ascontiguousarray(indices, dtype="<i8").tobytes())
+        sums = draw_counts(indices, n) @ columns / n
+        del indices
+        parts["nll"].append(sums[:, 1] - sums[:, 0])
+        parts["brier"].append(sums[:, 3] - sums[:, 2])
+        parts["ece"].append(np.abs(sums[:, 4 + bins:]).sum(axis=1) - np.abs(sums[:, 4:4 + bins]).sum(axis=1))
+    if digest.hexdigest() != doc["indices_sha256"]:
         raise Failed(f"indices_sha256 is {doc['indices_sha256'][:16]}…, the protocol's generator "
-                     f"gives {digest[:16]}….")
-    counts = draw_counts(indices, n)
-    raw = resampled_metrics(z, y, 1.0, counts)
-    cal = resampled_metrics(z, y, doc["beta"], counts)
+                     f"gives {digest.hexdigest()[:16]}….")
     whole_raw = numerics.metric_set(z, y, 1.0, 0.9)
     whole_cal = numerics.metric_set(z, y, doc["beta"], 0.9)
     q = doc["interval"]["quantiles"]
     problems = []
     for metric, found in doc["differences"].items():
-        diff = cal[metric] - raw[metric]
+        diff = np.concatenate(parts[metric])
         lower, upper = (float(v) for v in np.quantile(diff, q, method="linear"))
         point = whole_cal[metric] - whole_raw[metric]
         for key, want in (("point", point), ("lower", lower), ("upper", upper)):

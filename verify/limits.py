@@ -44,8 +44,9 @@ MAX_STEPS: Final = 1_100
 """protocol fit.steps: float64 bisection on [1/t_max, 1/t_min] is exhausted long before this."""
 MAX_RESAMPLES: Final = 100_000
 """protocol bootstrap.resamples."""
-MAX_RESAMPLE_CELLS: Final = 20_000_000
-"""resamples x audit rows: the bootstrap draw matrix the verifier rebuilds (160 MB as int64)."""
+MAX_RESAMPLE_CELLS: Final = 200_000_000
+"""resamples x audit rows: the draws the verifier redoes, a bound on time, not memory (it draws
+and scores them in blocks, verify/bootstrap.py): 2,000 resamples of the largest split it reads."""
 MAX_STABILITY_SIZES: Final = 64
 """protocol stability sizes."""
 

@@ -141,12 +141,6 @@ def test_the_verifier_refuses_a_label_map_that_is_not_a_bijection():
             check_label_map({**doc, "label_map": {"by": "name", "pairs": broken}}, pool_columns)
 
 
-def test_pairs_for_a_model_with_segment_embeddings_are_refused(tmp_path, capsys):
-    protocol, lock = make_any_world(tmp_path, arch="bert", k=3, fmt="jsonl", paired=True, sizes=(2, 12, 12))
-    assert main(["smoke", "--protocol", str(protocol), "--resources", str(lock)]) == 2
-    assert "token types" in capsys.readouterr().err
-
-
 def test_rows_by_row_number_with_label_names_and_pair_hashes(tmp_path):
     path = make_rows(tmp_path / "d.csv", "csv", 12, 3, paired=True, id_column=None)
     import pyarrow as pa
