@@ -125,7 +125,8 @@ def main() -> int:
         print(f"model: {model if args.model else 'generated tiny DistilBERT (2 layers, dim 32)'}")
         print(f"{'rows':>8} {'rc':>3} {'wall s':>8} {'inference s':>12} {'peak RSS MB':>12}")
         for r in runs:
-            print(f"{r['rows']:>8} {r['rc']:>3} {r['wall_s']:>8} {r.get('inference_s', '-'):>12} {r['peak_rss_mb']:>12}")
+            print(f"{r['rows']:>8} {r['rc']:>3} {r['wall_s']:>8} {r.get('inference_s', '-'):>12} "
+                  f"{r['peak_rss_mb']:>12}")
         ratio = runs[1]["peak_rss_mb"] / runs[0]["peak_rss_mb"]
         print(f"peak RSS large / small: {ratio:.3f}")
         if verify is not None:

@@ -6,7 +6,8 @@ the inference time of the run that made it, all measured in this one invocation.
 It runs the job once (`python -m job run`, throwaway key) on the resources of the lock, then
 `python -m job reproduce` on that bundle in full and sampled, each in its own process, and prints
 wall time, the re-run's inference time (its batches' forwards), the batches run, peak RSS (the
-child's ru_maxrss) and the ratios to the original run's inference time (calibration + audit inference in its data/environment.json). Each
+child's ru_maxrss) and the ratios to the original run's inference time (calibration + audit
+inference in its data/environment.json). Each
 reproduction's verdict is printed too: both must say reproduced. Not a test: timings depend on the
 machine."""
 

@@ -6,8 +6,8 @@ reference must name an entity of the graph; its File entities must be exactly th
 other than the crate, with the sha256 and size of the bytes in the bag (environment.json, which
 varies between runs, may be left out, or described without both); the run (#run) must read
 protocol.json and the model and dataset of resources.json (#input-model, #input-dataset, one part
-per file with its sha256 and size) and produce every other file it describes; the signer entity must hold the fingerprint of
-the key that signed the bag; the licence, publisher, contact and authors the root names must be
+per file with its sha256 and size) and produce every other file it describes; the signer entity
+must hold the fingerprint of the key that signed the bag; the licence, publisher, contact and authors the root names must be
 those of the signed predicate. Written from FORMAT.md, not from the job's code.
 
 Those checks name what is wrong; `regenerated` then requires the whole file to be the crate
