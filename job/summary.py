@@ -16,8 +16,8 @@ def summary(metrics: dict[str, Any], temperature: dict[str, Any], profile: str,
     flag = f"  (BOUNDARY: {temperature['boundary_side']})" if temperature["boundary"] else ""
     lines = [
         f"profile {profile}; temperature T = {temperature['temperature']:.6f} (beta = {temperature['beta']:.6f}){flag}",
-        f"calibration-pool NLL {temperature['nll_before']:.4f} -> {temperature['nll_after']:.4f} "
-        "(fit pool, not evidence)",
+        (f"calibration-pool NLL {temperature['nll_before']:.4f} -> {temperature['nll_after']:.4f} "
+         "(fit pool, not evidence)"),
         f"audit pool, n = {raw['n']}:",
         f"  {'metric':<16}{'raw':>10}{'calibrated':>12}",
     ]

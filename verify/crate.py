@@ -7,8 +7,8 @@ other than the crate, with the sha256 and size of the bytes in the bag (environm
 varies between runs, may be left out, or described without both); the run (#run) must read
 protocol.json and the model and dataset of resources.json (#input-model, #input-dataset, one part
 per file with its sha256 and size) and produce every other file it describes; the signer entity
-must hold the fingerprint of the key that signed the bag; the licence, publisher, contact and authors the root names must be
-those of the signed predicate. Written from FORMAT.md, not from the job's code.
+must hold the fingerprint of the key that signed the bag; the licence, publisher, contact and
+authors the root names must be those of the signed predicate. Written from FORMAT.md, not from the job's code.
 
 Those checks name what is wrong; `regenerated` then requires the whole file to be the crate
 bundle.views.crate renders from the checked records, the payload's bytes, the signer, the
