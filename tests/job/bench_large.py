@@ -1,6 +1,6 @@
 """Peak memory of `python -m job run` on a small and a large split, and the verifier's time on the large bundle.
 
-    python scripts/bench_large.py [--rows 50000] [--small 872] [--model DIR] [--workdir DIR] [--json OUT.json]
+    python -m tests.job.bench_large [--rows 50000] [--small 872] [--model DIR] [--workdir DIR] [--json OUT.json]
 
 It generates a dataset of `--rows` random short sentences (Parquet, 2 labels, fixed seed) and, unless
 `--model` names a DistilBERT-layout classifier folder (e.g. ../shared/fixtures/distilbert-minilm-sst2),
@@ -23,8 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+REPO = Path(__file__).resolve().parents[2]
 
 SEED = 20240601
 
