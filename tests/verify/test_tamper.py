@@ -529,7 +529,7 @@ TAMPERS: dict[str, tuple[Callable[[Path, Keys], None], str, str]] = {
         "predicate.claims", "predicate.temperature.temperature"),
     "predicate-schema-pin-edited": (statement_edit(
         lambda s: s["predicate"]["schemas"]["data/metrics.json"].update(sha256="0" * 64),
-        key="real"), "predicate.claims", "other schemas"),
+        key="real"), "predicate.claims", "schemas this verifier does not know"),
     # JSON syntax and schema (the attacker holds the key)
     "duplicate-key": (with_key(raw_json(layout.TEMPERATURE_JSON, b'{"beta":',
                                         b'{"beta":1.0,"beta":')), "json.temperature",
