@@ -54,6 +54,9 @@ class Entry:
     title: str
     fn: CheckFn
     when: Condition | None = None
+    only_if_clean: bool = False
+    """Skip (with the reason) once an earlier check failed: for costly checks whose answer could
+    not change the verdict then, so that a rejected bundle is rejected quickly."""
 
 
 @dataclass(frozen=True)
@@ -159,7 +162,7 @@ CONTENT: tuple[Entry | Group, ...] = (
     Entry("crate.regenerated", "crate is the verifier's rendering of the records", crate.regenerated),
     Entry("figures.png", "figures are well-formed PNG images", figures.png),
     Entry("figures.regenerated", "figures are the verifier's drawing of the records",
-          figures.regenerated),
+          figures.regenerated, only_if_clean=True),
     Group((
         Entry("reproduction.{n}.signed", "attestation {n} signed by a trusted reproducer",
               reproduction.signed),
@@ -216,6 +219,9 @@ class Runner:
         if entry.when is not None and not entry.when(ctx):
             return
         cid, title = entry.id.format(**params), entry.title.format(**params)
+        if skip is None and entry.only_if_clean and (failed := self.first_failure()) is not None:
+            skip = (f"skipped: {failed} failed, so the verdict is already a rejection; drawn again "
+                    "only for a bundle whose other checks all pass")
         if skip is not None:
             self.checks.append(Check(cid, title, "skip", skip))
             return

@@ -50,4 +50,6 @@ def test_hostile_rejected_in_bounded_time(name: str, base: tuple[Path, Keys],  #
         assert outcome.exit_code == EXIT_FAILED
         wanted = (expected,) if isinstance(expected, str) else expected
         assert any(check in failed for check in wanted), failed
+        figures = [c for c in outcome.checks if c.id == "figures.regenerated"]
+        assert all(c.status == "skip" for c in figures), "a rejected bundle's figures were drawn again"
     assert elapsed < 10, f"{name} took {elapsed:.1f} s"
