@@ -59,23 +59,31 @@ def draw_counts(indices: NDArray[np.int64], n: int, out: F64 | None = None) -> F
     return counts
 
 
-def hashed(blocks: Iterator[NDArray[np.int64]], digest: Any) -> Iterator[NDArray[np.int64]]:
-    """Each block of `blocks`, in order, while a second thread feeds its little-endian int64 bytes to
-    `digest`, also in order; once the iterator is exhausted the digest holds every block.
+def block_sums(seed: int, resamples: int, n: int, columns: F64, digest: Any) -> F64:
+    """draw_counts(resample_indices(seed, resamples, n), n) @ columns, one row per resample, built
+    block by block (resample_blocks); every block's little-endian int64 bytes are fed to `digest` in
+    order, so that it ends as the sha256 of the whole matrix.
 
-    sha256 releases the GIL on large buffers, so hashing a block overlaps drawing the next one and
-    scoring this one (the hash is most of the work at 50,000 rows). Blocks are read, never written,
-    while the thread hashes them; at most two are in flight."""
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        pending: Future[None] | None = None
-        for block in blocks:
-            data = np.ascontiguousarray(block, dtype="<i8")
-            if pending is not None:
-                pending.result()
-            pending = pool.submit(digest.update, data)
-            yield block
-        if pending is not None:
-            pending.result()
+    The draws and the counting hold the GIL; hashing and the product release it, so a second thread
+    does those while this one draws and counts the next block. Two count buffers alternate, and a
+    buffer is refilled only once the product that reads it is done: at most three blocks of indices
+    and two of counts are in memory at once."""
+    with ThreadPoolExecutor(max_workers=1) as worker:  # one worker: the digest is fed in block order
+        buffers: list[F64] = []
+        products: list[Future[F64]] = []
+        hashes: list[Future[None]] = []
+        for k, indices in enumerate(resample_blocks(seed, resamples, n)):
+            if k >= 2:
+                products[k - 2].result()
+            hashes.append(worker.submit(digest.update, np.ascontiguousarray(indices, dtype="<i8")))
+            if len(buffers) < 2:
+                buffers.append(np.empty(indices.shape))
+            counts = draw_counts(indices, n, buffers[k % 2])
+            del indices
+            products.append(worker.submit(np.matmul, counts, columns))
+        for h in hashes:
+            h.result()
+        return np.concatenate([p.result() for p in products]) if products else np.empty((0, columns.shape[1]))
 
 
 def row_terms(z: F64, y: I64, beta: float) -> tuple[F64, F64, F64]:
@@ -152,14 +160,9 @@ def check_differences(doc: dict[str, Any], z: F64, y: I64) -> str:
     (nll_r, brier_r, gap_r), (nll_c, brier_c, gap_c) = row_terms(z, y, 1.0), row_terms(z, y, doc["beta"])
     columns = np.column_stack([nll_r, nll_c, brier_r, brier_c, gap_r, gap_c])
     bins = gap_r.shape[1]
-    parts: dict[str, list[F64]] = {"nll": [], "brier": [], "ece": []}
-    counts = np.empty((min(doc["resamples"], max(1, BLOCK_CELLS // max(n, 1))), n))  # reused block by block
-    for indices in hashed(resample_blocks(doc["seed"], doc["resamples"], n), digest):
-        sums = draw_counts(indices, n, counts) @ columns / n
-        del indices
-        parts["nll"].append(sums[:, 1] - sums[:, 0])
-        parts["brier"].append(sums[:, 3] - sums[:, 2])
-        parts["ece"].append(np.abs(sums[:, 4 + bins:]).sum(axis=1) - np.abs(sums[:, 4:4 + bins]).sum(axis=1))
+    sums = block_sums(doc["seed"], doc["resamples"], n, columns, digest) / n
+    parts = {"nll": sums[:, 1] - sums[:, 0], "brier": sums[:, 3] - sums[:, 2],
+             "ece": np.abs(sums[:, 4 + bins:]).sum(axis=1) - np.abs(sums[:, 4:4 + bins]).sum(axis=1)}
     if digest.hexdigest() != doc["indices_sha256"]:
         raise Failed(f"indices_sha256 is {doc['indices_sha256'][:16]}…, the protocol's generator "
                      f"gives {digest.hexdigest()[:16]}….")
@@ -168,7 +171,7 @@ def check_differences(doc: dict[str, Any], z: F64, y: I64) -> str:
     q = doc["interval"]["quantiles"]
     problems = []
     for metric, found in doc["differences"].items():
-        diff = np.concatenate(parts[metric])
+        diff = parts[metric]
         lower, upper = (float(v) for v in np.quantile(diff, q, method="linear"))
         point = whole_cal[metric] - whole_raw[metric]
         for key, want in (("point", point), ("lower", lower), ("upper", upper)):

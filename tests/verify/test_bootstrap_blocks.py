@@ -1,5 +1,5 @@
-"""The verifier's block-wise resample matrix: hashed in order on a second thread, counted into a reused
-buffer, and the same numbers as the whole matrix drawn at once."""
+"""The verifier's block-wise resample matrix: hashed and scored on a second thread, counted into reused
+buffers, and the same numbers as the whole matrix drawn at once."""
 
 from __future__ import annotations
 
@@ -12,19 +12,25 @@ from verify import bootstrap
 
 
 @pytest.mark.parametrize("cells", [7, 40, 10_000])
-def test_hashed_blocks_give_the_whole_matrix_and_its_sha256(cells: int) -> None:
+def test_block_sums_are_the_whole_matrix_scored_and_hashed(cells: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = bootstrap.resample_blocks
+    monkeypatch.setattr(bootstrap, "resample_blocks", lambda seed, resamples, n: real(seed, resamples, n, cells))
     whole = bootstrap.resample_indices(31, 23, 9)
+    columns = np.random.default_rng(3).normal(size=(9, 5))
     digest = hashlib.sha256()
-    blocks = list(bootstrap.hashed(bootstrap.resample_blocks(31, 23, 9, cells=cells), digest))
-    assert np.array_equal(np.concatenate(blocks), whole)
+    sums = bootstrap.block_sums(31, 23, 9, columns, digest)
+    assert sums.shape == (23, 5)
+    assert np.allclose(sums, bootstrap.draw_counts(whole, 9) @ columns, rtol=0, atol=1e-12)  # BLAS may round apart
     assert digest.hexdigest() == bootstrap.indices_sha256(whole)
 
 
-def test_an_error_while_scoring_leaves_no_thread_behind() -> None:
-    digest = hashlib.sha256()
-    with pytest.raises(RuntimeError, match="stop"):
-        for _ in bootstrap.hashed(bootstrap.resample_blocks(1, 10, 5, cells=5), digest):
-            raise RuntimeError("stop")
+def test_an_error_in_the_worker_is_raised() -> None:
+    class Broken:
+        def update(self, data: object) -> None:
+            raise RuntimeError("disk on fire")
+
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        bootstrap.block_sums(1, 10, 5, np.ones((5, 2)), Broken())
 
 
 def test_draw_counts_into_a_reused_buffer_match_bincount() -> None:
