@@ -226,6 +226,7 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
         with clock.stage("metrics"):
             metrics = metrics_record(protocol, art, fit.beta)
             art.write_json(layout.METRICS_JSON, metrics)
+            _release_memory()  # both predictions tables as read, before the bootstrap's resample blocks
             stages.append(stage(protocol, "metrics", art.pick(layout.TEMPERATURE_JSON, cal_pred, audit_pred),
                                 art.pick(layout.METRICS_JSON)))
         # Pre-registered studies on the frozen artifacts: descriptive, never fed back into the fit.
@@ -250,6 +251,7 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
         date_published = bagging_date()
     art.write_bytes(layout.RO_CRATE_JSON, crate_bytes(data_dir, signer_fingerprint=signer_fingerprint,
                                                       date_published=date_published, publication=publication))
+    _release_memory()  # the views re-read pools.json (one entry per row); sealing reads every file again
     return RunResult(temperature=temperature, metrics=metrics, bootstrap=bootstrap, stability=stability)
 
 

@@ -26,7 +26,8 @@ from verify.result import Failed
 
 TOL = 1e-9
 BLOCK_CELLS = 4_000_000
-"""Draws per block of resamples: 32 MB of indices and 32 MB of counts, whatever the protocol asks."""
+"""Draws per block of resamples: 32 MB of indices and 32 MB of counts per block, at most three blocks of
+indices and two of counts at once (block_sums), whatever the protocol asks."""
 
 
 def resample_indices(seed: int, resamples: int, n: int) -> NDArray[np.int64]:
