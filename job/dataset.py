@@ -63,6 +63,13 @@ class Rows:
     def __len__(self) -> int:
         return len(self.texts)
 
+    def take(self, positions: Sequence[int]) -> Rows:
+        """The rows at `positions`, in that order (their texts shared, not copied)."""
+        pos = list(positions)
+        return Rows(ids=self.ids[pos], texts=tuple(self.texts[p] for p in pos), labels=self.labels[pos],
+                    text_sha256=tuple(self.text_sha256[p] for p in pos),
+                    pairs=None if self.pairs is None else tuple(self.pairs[p] for p in pos))
+
     def inputs(self, positions: Sequence[int]) -> tuple[list[str], list[str] | None]:
         """The texts (and second texts, for pairs) of the rows at `positions`, in that order."""
         texts = [self.texts[p] for p in positions]

@@ -84,6 +84,12 @@ def _infer(model: Model, rows: Rows, pool: Pool, s: Settings, progress: bool,
     return out if label_map is None else label_map.apply(out)
 
 
+def pool_rows(rows: Rows, pool: Pool) -> tuple[Rows, Pool]:
+    """The pool's own rows, in the pool's order, and the pool renumbered to them: all that its
+    inference, its predictions table and the forward check read, so the dataset's other rows can go."""
+    return rows.take(pool.positions), Pool(pool.name, tuple(range(len(pool.positions))), pool.keys)
+
+
 def _release_memory() -> None:
     """Return freed memory to the kernel (glibc's heap and pyarrow's pool) after a stage whose
     transient objects grow with the split, so that later stages do not stack on top of them."""
@@ -174,7 +180,11 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
             art.write_json(layout.POOLS_JSON, pools_record(protocol, resources, rows, pools))
             stages.append(stage(protocol, "split", art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON),
                                 art.pick(layout.POOLS_JSON)))
-            _release_memory()  # the data files' tables and the pools record, before the model's weights
+            # Past the split only the inferred pools' rows are read, each until its stage is done.
+            cal_rows, cal_pool = pool_rows(rows, pools[CAL])
+            audit_rows, audit_pool = pool_rows(rows, pools[AUDIT])
+            del rows, pools
+            _release_memory()  # the data files' tables, the pools record and the unused rows, before the weights
         with clock.stage("load-model"):
             check_model_fits(protocol, resources)
             torch_info = configure_torch(s)
@@ -182,8 +192,8 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
                 model = load_model(model_dir, s)
             torch_info["forward"] = model.forward.name  # the packed re-implementation or transformers' own
         with clock.stage("calibration-inference"):
-            cal_out = _infer(model, rows, pools[CAL], s, progress, protocol.label_map)
-            art.write_table(cal_pred, _table(rows, pools[CAL], cal_out))
+            cal_out = _infer(model, cal_rows, cal_pool, s, progress, protocol.label_map)
+            art.write_table(cal_pred, _table(cal_rows, cal_pool, cal_out))
             stages.append(stage(protocol, "calibration-inference",
                                 art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON, layout.POOLS_JSON),
                                 art.pick(cal_pred)))
@@ -200,8 +210,9 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
         with clock.stage("audit-inference"):
             if not art.unchanged(layout.TEMPERATURE_JSON):
                 raise JobError("temperature.json changed before the audit; the run is void, start it again.")
-            audit_out = _infer(model, rows, pools[AUDIT], s, progress, protocol.label_map)
-            art.write_table(audit_pred, _table(rows, pools[AUDIT], audit_out))
+            audit_out = _infer(model, audit_rows, audit_pool, s, progress, protocol.label_map)
+            art.write_table(audit_pred, _table(audit_rows, audit_pool, audit_out))
+            del audit_rows, audit_pool, audit_out  # the largest pool's texts and hashes, before the studies
             _release_memory()
             stages.append(stage(protocol, "audit-inference",
                                 art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON, layout.POOLS_JSON,
@@ -210,11 +221,12 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
         # After both pools, not before: transformers' modeling stack (~80 MB resident) then never sits
         # under a pool's activations. A mismatch still stops the run before anything is sealed.
         with clock.stage("forward-check"):
-            forward_check = check_packed_forward(model, resources.model, s,
-                                                 [rows.texts[p] for p in pools[CAL].positions], pools[CAL].keys)
+            forward_check = check_packed_forward(model, resources.model, s, list(cal_rows.texts), cal_pool.keys)
+            del cal_rows, cal_pool
         with clock.stage("metrics"):
             metrics = metrics_record(protocol, art, fit.beta)
             art.write_json(layout.METRICS_JSON, metrics)
+            _release_memory()  # both predictions tables as read, before the bootstrap's resample blocks
             stages.append(stage(protocol, "metrics", art.pick(layout.TEMPERATURE_JSON, cal_pred, audit_pred),
                                 art.pick(layout.METRICS_JSON)))
         # Pre-registered studies on the frozen artifacts: descriptive, never fed back into the fit.
@@ -239,6 +251,7 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
         date_published = bagging_date()
     art.write_bytes(layout.RO_CRATE_JSON, crate_bytes(data_dir, signer_fingerprint=signer_fingerprint,
                                                       date_published=date_published, publication=publication))
+    _release_memory()  # the views re-read pools.json (one entry per row); sealing reads every file again
     return RunResult(temperature=temperature, metrics=metrics, bootstrap=bootstrap, stability=stability)
 
 

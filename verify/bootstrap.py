@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,8 @@ from verify.result import Failed
 
 TOL = 1e-9
 BLOCK_CELLS = 4_000_000
-"""Draws per block of resamples: 32 MB of indices and 32 MB of counts, whatever the protocol asks."""
+"""Draws per block of resamples: 32 MB of indices and 32 MB of counts per block, at most three blocks of
+indices and two of counts at once (block_sums), whatever the protocol asks."""
 
 
 def resample_indices(seed: int, resamples: int, n: int) -> NDArray[np.int64]:
@@ -46,10 +48,43 @@ def indices_sha256(indices: NDArray[np.int64]) -> str:
     return hashlib.sha256(np.ascontiguousarray(indices, dtype="<i8").tobytes()).hexdigest()
 
 
-def draw_counts(indices: NDArray[np.int64], n: int) -> F64:
+def draw_counts(indices: NDArray[np.int64], n: int, out: F64 | None = None) -> F64:
+    """W[b, i] = how often row i was drawn in resample b, as float64 (ready for the scoring product),
+    written into `out` when given (shape (len(indices), n) or larger along the first axis)."""
     r = indices.shape[0]
-    flat = (indices + (np.arange(r, dtype=np.int64) * n)[:, None]).ravel()
-    return np.bincount(flat, minlength=r * n).reshape(r, n).astype(np.float64)
+    counts = out[:r] if out is not None and out.shape[0] >= r and out.shape[1:] == (n,) else np.empty((r, n))
+    # Row by row: each count row is built and converted in cache, with no offset index array and
+    # no second full-size copy for the int-to-float conversion.
+    for b in range(r):
+        counts[b] = np.bincount(indices[b], minlength=n)
+    return counts
+
+
+def block_sums(seed: int, resamples: int, n: int, columns: F64, digest: Any) -> F64:
+    """draw_counts(resample_indices(seed, resamples, n), n) @ columns, one row per resample, built
+    block by block (resample_blocks); every block's little-endian int64 bytes are fed to `digest` in
+    order, so that it ends as the sha256 of the whole matrix.
+
+    The draws and the counting hold the GIL; hashing and the product release it, so a second thread
+    does those while this one draws and counts the next block. Two count buffers alternate, and a
+    buffer is refilled only once the product that reads it is done: at most three blocks of indices
+    and two of counts are in memory at once."""
+    with ThreadPoolExecutor(max_workers=1) as worker:  # one worker: the digest is fed in block order
+        buffers: list[F64] = []
+        products: list[Future[F64]] = []
+        hashes: list[Future[None]] = []
+        for k, indices in enumerate(resample_blocks(seed, resamples, n)):
+            if k >= 2:
+                products[k - 2].result()
+            hashes.append(worker.submit(digest.update, np.ascontiguousarray(indices, dtype="<i8")))
+            if len(buffers) < 2:
+                buffers.append(np.empty(indices.shape))
+            counts = draw_counts(indices, n, buffers[k % 2])
+            del indices
+            products.append(worker.submit(np.matmul, counts, columns))
+        for h in hashes:
+            h.result()
+        return np.concatenate([p.result() for p in products]) if products else np.empty((0, columns.shape[1]))
 
 
 def row_terms(z: F64, y: I64, beta: float) -> tuple[F64, F64, F64]:
@@ -126,14 +161,9 @@ def check_differences(doc: dict[str, Any], z: F64, y: I64) -> str:
     (nll_r, brier_r, gap_r), (nll_c, brier_c, gap_c) = row_terms(z, y, 1.0), row_terms(z, y, doc["beta"])
     columns = np.column_stack([nll_r, nll_c, brier_r, brier_c, gap_r, gap_c])
     bins = gap_r.shape[1]
-    parts: dict[str, list[F64]] = {"nll": [], "brier": [], "ece": []}
-    for indices in resample_blocks(doc["seed"], doc["resamples"], n):
-        digest.update(np.ascontiguousarray(indices, dtype="<i8").tobytes())
-        sums = draw_counts(indices, n) @ columns / n
-        del indices
-        parts["nll"].append(sums[:, 1] - sums[:, 0])
-        parts["brier"].append(sums[:, 3] - sums[:, 2])
-        parts["ece"].append(np.abs(sums[:, 4 + bins:]).sum(axis=1) - np.abs(sums[:, 4:4 + bins]).sum(axis=1))
+    sums = block_sums(doc["seed"], doc["resamples"], n, columns, digest) / n
+    parts = {"nll": sums[:, 1] - sums[:, 0], "brier": sums[:, 3] - sums[:, 2],
+             "ece": np.abs(sums[:, 4 + bins:]).sum(axis=1) - np.abs(sums[:, 4:4 + bins]).sum(axis=1)}
     if digest.hexdigest() != doc["indices_sha256"]:
         raise Failed(f"indices_sha256 is {doc['indices_sha256'][:16]}…, the protocol's generator "
                      f"gives {digest.hexdigest()[:16]}….")
@@ -142,7 +172,7 @@ def check_differences(doc: dict[str, Any], z: F64, y: I64) -> str:
     q = doc["interval"]["quantiles"]
     problems = []
     for metric, found in doc["differences"].items():
-        diff = np.concatenate(parts[metric])
+        diff = parts[metric]
         lower, upper = (float(v) for v in np.quantile(diff, q, method="linear"))
         point = whole_cal[metric] - whole_raw[metric]
         for key, want in (("point", point), ("lower", lower), ("upper", upper)):
