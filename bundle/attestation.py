@@ -6,7 +6,6 @@ This module writes attestations; verify/reproduction.py is their reader."""
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,6 +17,7 @@ from bundle import layout
 from bundle.canonical import dumps
 from bundle.dsse import sign_envelope
 from bundle.errors import BundleError, OutputExistsError
+from bundle.publish import rename_noreplace
 from bundle.schemas import validate
 from bundle.statement import statement_bytes
 
@@ -47,8 +47,8 @@ def write_attestation(path: Path, data: bytes) -> None:
     """Write `data` at `path` all at once or not at all, never over an existing file.
 
     The bytes go to a hidden temporary file in the same folder, are flushed to disk, and are then
-    linked into place (a link fails when `path` exists, so nothing is overwritten even in a race;
-    where the file system has no hard links they are renamed into place)."""
+    renamed into place with bundle.publish.rename_noreplace, the same no-replace rename that
+    publishes a bag (it fails when `path` exists, so nothing is overwritten even in a race)."""
     path = Path(path)
     if os.path.lexists(path):
         raise OutputExistsError(f"{path} already exists and attestations are never overwritten; choose "
@@ -59,12 +59,7 @@ def write_attestation(path: Path, data: bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        try:
-            os.link(tmp, path)
-        except OSError as exc:  # a file system without hard links: rename, having checked above
-            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV):
-                raise
-            os.replace(tmp, path)
+        rename_noreplace(tmp, path)
     except FileExistsError as exc:
         raise OutputExistsError(f"{path} appeared while the attestation was written; choose another "
                                 "--out.") from exc
