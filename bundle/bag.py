@@ -101,12 +101,19 @@ def _write(bag: Path, name: str, data: bytes) -> None:
         fh.write(data)
 
 
-def check_payload(bag: Path, *, protocol_sha256: str, profile: str, complete: bool) -> list[str]:
+def check_payload(bag: Path, *, protocol_sha256: str, profile: str, complete: bool,
+                  validated: Mapping[str, str] | None = None) -> list[str]:
     """Check the payload before it is sealed; return the payload paths.
 
     data/protocol.json must hash to protocol_sha256; every JSON payload file must parse strictly,
     follow its schema and (except protocol.json) be canonical; resources.json's profile must
     equal `profile`. With `complete`, the payload must be exactly the files FORMAT.md lists.
+
+    `validated` maps bag paths to the sha256 of bytes the caller itself wrote as canonical JSON
+    after validating them against the path's schema (job.artifacts.Artifacts): a file that still
+    hashes to that is not parsed again, which spares a large split's pools.json a second strict
+    parse and schema walk at seal time. Any other file, and every file when `validated` is None,
+    is checked in full.
     """
     bag = Path(bag)
     if not _HEX64.fullmatch(protocol_sha256):
@@ -140,8 +147,11 @@ def check_payload(bag: Path, *, protocol_sha256: str, profile: str, complete: bo
                 f"The payload does not match FORMAT.md for this protocol (missing: "
                 f"{missing or 'none'}; extra: {extra or 'none'}); write exactly the listed files."
             )
+    vouched = validated or {}
     for path, name in layout.PAYLOAD_SCHEMAS.items():
         if path not in paths or path == layout.PROTOCOL_JSON:
+            continue
+        if path != layout.RESOURCES_JSON and path in vouched and sha256_file(bag / path) == vouched[path]:
             continue
         doc: Any = require_canonical((bag / path).read_bytes(), source=path)
         validate(doc, name, source=path)
@@ -163,10 +173,12 @@ def seal(
     private_key: Ed25519PrivateKey | None = None,
     complete: bool = True,
     date: str | None = None,
+    validated: Mapping[str, str] | None = None,
 ) -> None:
     """Write every tag file around staging/data/ so that staging becomes a complete bag.
 
     `date` is the Bagging-Date (default: bagging_date()); pass the date the payload already names.
+    `validated`: see check_payload.
 
     With a private key, sign an in-toto Statement over all payload files; its predicate is
     `predicate` (default: restated from the payload) plus `schemas` and `signer_fingerprint`.
@@ -179,7 +191,7 @@ def seal(
             "staging directory that holds only data/."
         )
     paths = check_payload(
-        staging, protocol_sha256=protocol_sha256, profile=profile, complete=complete
+        staging, protocol_sha256=protocol_sha256, profile=profile, complete=complete, validated=validated
     )
     format_bag_info([(layout.INFO_DESCRIPTION, description)])  # refuse line breaks early
     sha256: dict[str, str] = {}

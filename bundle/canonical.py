@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any, Final, NoReturn
 
 from bundle.errors import CanonicalJSONError
@@ -101,9 +102,14 @@ def _depth(doc: Any) -> int:
 
 
 def loads_strict(data: bytes | str, *, source: str = "The document",
-                 max_bytes: int = MAX_JSON_BYTES) -> Any:
+                 max_bytes: int = MAX_JSON_BYTES,
+                 shrink: Callable[[dict[str, Any]], Any] | None = None) -> Any:
     """Parse strict JSON: UTF-8, no duplicate keys, no NaN/Infinity, at most `max_bytes` long
-    and MAX_JSON_DEPTH deep; raise CanonicalJSONError."""
+    and MAX_JSON_DEPTH deep; raise CanonicalJSONError.
+
+    `shrink`, when given, sees every object as soon as it is parsed (innermost first) and what it
+    returns stands for that object: a reader that needs a summary of a large document drops the
+    parts it does not read while parsing, instead of holding them all at once."""
     if len(data) > max_bytes:
         raise CanonicalJSONError(
             f"{source} is {len(data):,} {'bytes' if isinstance(data, bytes) else 'characters'} "
@@ -127,7 +133,7 @@ def loads_strict(data: bytes | str, *, source: str = "The document",
             if key in out:
                 raise ValueError(f"duplicate key {key!r}")
             out[key] = value
-        return out
+        return out if shrink is None else shrink(out)
 
     try:
         doc = json.loads(

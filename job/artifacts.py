@@ -23,12 +23,15 @@ from job.predictions import write_predictions
 class Artifacts:
     """Every JSON file is schema-validated before it is written; every file's sha256 is kept.
 
-    `path` arguments are bag paths (bundle.layout names); `sha256` is keyed by the name inside data/."""
+    `path` arguments are bag paths (bundle.layout names); `sha256` is keyed by the name inside data/;
+    `validated` maps the bag path of each JSON file written by write_json to the sha256 of the
+    canonical, schema-valid bytes written (what bundle.bag.seal may take instead of parsing it again)."""
 
     def __init__(self, data_dir: Path) -> None:
         self.dir = data_dir
         self.dir.mkdir(parents=True, exist_ok=True)
         self.sha256: dict[str, str] = {}
+        self.validated: dict[str, str] = {}
 
     def path(self, path: str) -> Path:
         return self.dir / data_name(path)
@@ -50,7 +53,8 @@ class Artifacts:
     def write_json(self, path: str, doc: dict[str, Any]) -> str:
         """Canonical JSON, validated first against the schema bundle.layout assigns to `path`."""
         validate(doc, PAYLOAD_SCHEMAS[path])
-        return self.write_bytes(path, dumps(doc))
+        self.validated[path] = self.write_bytes(path, dumps(doc))
+        return self.validated[path]
 
     def write_table(self, path: str, table: pa.Table) -> str:
         write_predictions(table, self.path(path))

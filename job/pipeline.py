@@ -28,7 +28,7 @@ from job.protocol import CALIBRATION as CAL
 from job.report import report_markdown
 from job.resources import Resources
 from job.rocrate import Publication, crate_bytes
-from job.runtime import Settings, configure_torch, release_free_heap
+from job.runtime import Settings, configure_torch, release_free_heap, use_system_arrow_pool
 from job.split import Pool, make_pools
 from job.stability import stability_record
 from job.uncertainty import bootstrap_record
@@ -42,6 +42,7 @@ class RunResult:
     metrics: dict[str, Any]  # data/metrics.json
     bootstrap: dict[str, Any] | None  # data/bootstrap.json; None when the protocol has no bootstrap
     stability: dict[str, Any] | None  # data/stability.json; None when the protocol has no such study
+    validated: dict[str, str]  # bag path -> sha256 of each JSON file written after schema validation
 
 
 def pools_record(protocol: Protocol, resources: Resources, rows: Rows, pools: dict[str, Pool]) -> dict[str, Any]:
@@ -171,6 +172,7 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
     stages: list[dict[str, Any]] = []
     s = Settings.from_protocol(protocol.inference)
     cal_pred, audit_pred = layout.PREDICTIONS[CAL], layout.PREDICTIONS[AUDIT]
+    arrow_pool = use_system_arrow_pool()  # before the first table is read
     with PeakRss() as rss:
         with clock.stage("split"):
             art.write_bytes(layout.PROTOCOL_JSON, protocol.raw)
@@ -188,6 +190,7 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
         with clock.stage("load-model"):
             check_model_fits(protocol, resources)
             torch_info = configure_torch(s)
+            torch_info["allocator"]["arrow_memory_pool"] = arrow_pool
             with model_directory(resources.model) as model_dir:
                 model = load_model(model_dir, s)
             torch_info["forward"] = model.forward.name  # the packed re-implementation or transformers' own
@@ -252,7 +255,8 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
     art.write_bytes(layout.RO_CRATE_JSON, crate_bytes(data_dir, signer_fingerprint=signer_fingerprint,
                                                       date_published=date_published, publication=publication))
     _release_memory()  # the views re-read pools.json (one entry per row); sealing reads every file again
-    return RunResult(temperature=temperature, metrics=metrics, bootstrap=bootstrap, stability=stability)
+    return RunResult(temperature=temperature, metrics=metrics, bootstrap=bootstrap, stability=stability,
+                     validated=dict(art.validated))
 
 
 def smoke(protocol: Protocol, resources: Resources) -> dict[str, Any]:

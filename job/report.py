@@ -90,15 +90,23 @@ def check_report(markdown: str, docs: dict[str, Any]) -> list[str]:
     return problems
 
 
+def _pool_entry_dropped(obj: dict[str, Any]) -> Any:
+    """None for an entry of pools.json's per-row lists (the report reads only the pool sizes), so that a
+    large split's file is summarised while it is parsed, not held as one dict per row."""
+    return None if "split_key" in obj and "text_sha256" in obj else obj
+
+
 def load_docs(data_dir: Path) -> dict[str, Any]:
-    """The parsed JSON files of data/ (optional ones None when absent)."""
+    """The parsed JSON files of data/ (optional ones None when absent); pools.json's per-row entries
+    are None (its sizes are what a report shows)."""
     docs: dict[str, Any] = {}
     for name in JSON_FILES:
         path = data_dir / data_name(name)
         if name in OPTIONAL and not path.exists():
             docs[name] = None
             continue
-        docs[name] = loads_strict(path.read_bytes(), source=name)
+        shrink = _pool_entry_dropped if name == layout.POOLS_JSON else None
+        docs[name] = loads_strict(path.read_bytes(), source=name, shrink=shrink)
     return docs
 
 

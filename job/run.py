@@ -87,5 +87,5 @@ def _run_and_seal(options: RunOptions, protocol: Protocol, resources: Resources,
         seal(staging, description=f"Temperature-scaling calibration run under protocol {protocol.sha256[:16]} "
              f"({protocol.doc['name']}), profile {resources.profile}.",
              protocol_sha256=protocol.sha256, profile=resources.profile,
-             private_key=key, date=date)
+             private_key=key, date=date, validated=result.validated)
     return result

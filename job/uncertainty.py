@@ -45,7 +45,7 @@ from job.protocol import AUDIT, BootstrapSpec
 
 F64 = NDArray[np.float64]
 METRICS = ("nll", "brier", "ece")
-CHUNK_CELLS = 1_000_000  # draws per block of resamples: 8 MB of int64 indices, 8 MB of float64 counts
+CHUNK_CELLS = 1_000_000  # draws per block of resamples: 8 MB of int64 indices, then 8 MB of float64 counts
 
 
 def resample_blocks(n: int, resamples: int, seed: int, cells: int = CHUNK_CELLS) -> Iterator[NDArray[np.int64]]:
@@ -69,12 +69,16 @@ def indices_sha256(idx: NDArray[np.int64]) -> str:
 
 
 def draw_counts(idx: NDArray[np.int64], n: int) -> F64:
-    """W[b, i] = how often row i is drawn in resample b (float64, for BLAS products)."""
+    """W[b, i] = how often row i is drawn in resample b (float64, for BLAS products); idx is left as it was."""
+    return offset_counts(idx.copy(), n).astype(np.float64)
+
+
+def offset_counts(idx: NDArray[np.int64], n: int) -> NDArray[np.int64]:
+    """draw_counts in int64, computed in place: idx (B, n) is overwritten (row b shifted by b * n) so that
+    a block of resamples never holds a second array of its size besides the counts."""
     b = idx.shape[0]
-    flat = (idx + (np.arange(b, dtype=np.int64) * n)[:, None]).ravel()
-    counts = np.bincount(flat, minlength=b * n)
-    del flat  # one block's draws held at a time: indices, counts, and the float64 counts
-    return counts.reshape(b, n).astype(np.float64)
+    idx += (np.arange(b, dtype=np.int64) * n)[:, None]
+    return np.bincount(idx.ravel(), minlength=b * n).reshape(b, n)
 
 
 def row_terms(logits: F64, labels: NDArray[np.int64], beta: float) -> dict[str, F64]:
@@ -132,9 +136,12 @@ def paired_bootstrap(logits: F64, labels: NDArray[np.int64], beta: float, *, res
     parts: dict[str, list[F64]] = {m: [] for m in METRICS}
     for idx in resample_blocks(n, resamples, seed, cells):
         digest.update(np.ascontiguousarray(idx, dtype="<i8").data)  # the bytes, not a copy of them
-        w = draw_counts(idx, n)
+        counts = offset_counts(idx, n)  # idx is spent: at most two arrays of the block's size at a time
         del idx
+        w = counts.astype(np.float64)
+        del counts
         v_raw, v_cal = metric_values(raw, w), metric_values(cal, w)
+        del w
         for m in METRICS:
             parts[m].append(v_cal[m] - v_raw[m])
     diffs = {m: np.concatenate(parts[m]) for m in METRICS}

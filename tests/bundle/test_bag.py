@@ -198,6 +198,29 @@ def test_seal_refuses_a_bad_payload(tmp_path: Path, setup: Any, message: str) ->
     assert not (bag / layout.TAGMANIFEST_SHA256).exists()
 
 
+def test_seal_takes_vouched_digests_only_for_the_bytes_they_name(tmp_path: Path) -> None:
+    """A JSON file whose sha256 the caller vouches for (it validated and wrote those bytes) is not
+    parsed again; a file that no longer hashes to the vouched digest is checked in full."""
+    bag, protocol_sha256 = _payload(tmp_path)
+    _rewrite(bag, layout.METRICS_JSON, lambda d: d.update(beta="x"))  # canonical, against the schema
+    wrong = hashlib.sha256((bag / layout.METRICS_JSON).read_bytes()).hexdigest()
+    with pytest.raises(BundleError, match="does not follow schema metrics/v1"):
+        seal(bag, description="x", protocol_sha256=protocol_sha256, profile="formal",
+             validated={layout.METRICS_JSON: "0" * 64})
+    seal(bag, description="x", protocol_sha256=protocol_sha256, profile="formal",
+         validated={layout.METRICS_JSON: wrong})
+    assert (bag / layout.TAGMANIFEST_SHA256).is_file()
+
+
+def test_seal_checks_resources_profile_even_when_vouched(tmp_path: Path) -> None:
+    bag, protocol_sha256 = _payload(tmp_path)
+    _rewrite(bag, layout.RESOURCES_JSON, lambda d: d.update(profile="other"))
+    digest = hashlib.sha256((bag / layout.RESOURCES_JSON).read_bytes()).hexdigest()
+    with pytest.raises(BundleError, match="says profile 'other'"):
+        seal(bag, description="x", protocol_sha256=protocol_sha256, profile="formal",
+             validated={layout.RESOURCES_JSON: digest})
+
+
 def test_seal_refuses_bad_arguments(tmp_path: Path) -> None:
     bag, protocol_sha256 = _payload(tmp_path)
     with pytest.raises(BundleError, match="not one of formal, other"):

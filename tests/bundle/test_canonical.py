@@ -100,3 +100,22 @@ def test_round_trip_is_stable(value: object) -> None:
     assert loads_strict(data) == json.loads(data)
     assert dumps(loads_strict(data)) == data
     assert require_canonical(data, source="t") == loads_strict(data)
+
+
+def test_shrink_replaces_each_object_as_parsed_innermost_first() -> None:
+    seen: list[list[str]] = []
+
+    def shrink(obj: dict[str, object]) -> object:
+        seen.append(sorted(obj))
+        return None if "row" in obj else obj
+
+    doc = loads_strict(b'{"rows":[{"row":1},{"row":2}],"n":{"size":2}}', shrink=shrink)
+    assert doc == {"rows": [None, None], "n": {"size": 2}}
+    assert seen == [["row"], ["row"], ["size"], ["n", "rows"]]
+
+
+def test_shrink_keeps_the_strict_checks() -> None:
+    with pytest.raises(CanonicalJSONError, match="duplicate key"):
+        loads_strict(b'{"a":{"row":1,"row":2}}', shrink=lambda o: None)
+    with pytest.raises(CanonicalJSONError):
+        loads_strict(b'{"a":NaN}', shrink=lambda o: o)

@@ -3,6 +3,7 @@ tables that parse back to exactly the JSON values under the documented formattin
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -11,7 +12,10 @@ from pathlib import Path
 import pytest
 
 from bundle import layout
-from bundle.canonical import dumps
+from bundle.canonical import dumps, loads_strict
+from bundle.layout import data_name
+from bundle.views.report import FIGURE_FILES
+from bundle.views.report import report_markdown as render
 from job.figures import render_figures
 from job.protocol import StabilitySpec, load_protocol
 from job.report import (
@@ -70,6 +74,20 @@ def test_report_is_consistent_and_deterministic(full_data: Path):
     assert set(tables) == {"pools", "temperature", "metrics-audit", "metrics-calibration", "threshold",
                            "bins-audit", "bootstrap", "stability"}
     assert tables == expected_tables(docs)
+
+
+def test_the_report_reads_pool_sizes_not_pool_entries(full_data: Path):
+    """load_docs drops pools.json's per-row entries while parsing; the report is the same bytes as one
+    rendered from the whole parsed file, the way the verifier renders it."""
+    docs = load_docs(full_data)
+    pools = docs[layout.POOLS_JSON]
+    assert pools["pools"] and all(entry is None for members in pools["pools"].values() for entry in members)
+    whole = dict(docs, **{layout.POOLS_JSON: loads_strict((full_data / "pools.json").read_bytes())})
+    assert whole[layout.POOLS_JSON]["sizes"] == pools["sizes"]
+    figures = [data_name(path) for path, _ in FIGURE_FILES]
+    assert all((full_data / name).is_file() for name in figures)
+    psha = hashlib.sha256((full_data / "protocol.json").read_bytes()).hexdigest()
+    assert render(whole, psha, figures) == report_markdown(full_data)
 
 
 def test_every_checked_number_parses_back_within_half_a_unit(full_data: Path):

@@ -19,6 +19,7 @@ from job.uncertainty import (
     bootstrap_record,
     draw_counts,
     indices_sha256,
+    offset_counts,
     paired_bootstrap,
     verdict,
 )
@@ -61,6 +62,12 @@ def test_draw_counts_match_bincount_per_row():
     assert w.shape == (50, 17) and (w.sum(axis=1) == 17).all()
     for b in range(50):
         assert np.array_equal(w[b], np.bincount(idx[b], minlength=17))
+    kept = idx.copy()
+    draw_counts(idx, 17)
+    assert np.array_equal(idx, kept)  # draw_counts leaves its input alone; offset_counts spends it
+    counts = offset_counts(idx, 17)
+    assert counts.dtype == np.int64 and np.array_equal(counts, w)
+    assert not np.array_equal(idx, kept)
 
 
 @pytest.mark.parametrize("k", [2, 3, 5])
