@@ -1,5 +1,5 @@
 """Any classifier on any dataset layout: tiny BERT and RoBERTa models whose outputs are the dataset's
-labels in another order, datasets of 2, 3 and 20 classes with one text or a pair, in Parquet, JSON
+labels in another order, datasets of 2, 3, 20 and 100 classes with one text or a pair, in Parquet, JSON
 lines and CSV, through `python -m job run` and the verifier; the label map caught before inference."""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ WORLDS = {  # name: (architecture, K, format, pairs, id column)
     "roberta-nli-jsonl": ("roberta", 3, "jsonl", True, "id"),
     "bert-topics-csv-rownumber": ("bert", 20, "csv", False, None),
     "roberta-sentiment-parquet": ("roberta", 2, "parquet", False, "id"),
+    "bert-100-classes-parquet": ("bert", 100, "parquet", False, "id"),
 }
 
 
