@@ -126,6 +126,7 @@ class Protocol:
     @classmethod
     def from_bytes(cls, raw: bytes, doc: dict[str, Any]) -> Protocol:
         """The protocol whose exact bytes are `raw` and schema-valid parsed form is `doc`."""
+        require_verifiable(doc)
         return cls(
             raw=raw, sha256=hashlib.sha256(raw).hexdigest(), doc=doc,
             split=SplitSpec.from_protocol(doc["split"]),
@@ -156,6 +157,19 @@ class Protocol:
     @property
     def resources(self) -> dict[str, Any]:
         return dict(self.doc["resources"])
+
+
+def require_verifiable(doc: dict[str, Any]) -> None:
+    """Refuse a protocol whose bundle a verifier would not read: more rows, classes, fit steps or
+    bootstrap draws than the format's limits (FORMAT.md, "Limits"; verify.limits holds the numbers),
+    found before any download or inference rather than after the run."""
+    from verify.limits import ProtocolOutOfBounds, dimensions
+
+    try:
+        dimensions(doc)
+    except ProtocolOutOfBounds as exc:
+        raise JobError(f"The protocol asks for more than the format's limits allow ({exc}), so no verifier "
+                       "would read its bundle; lower that number in the protocol.") from exc
 
 
 def load_protocol(path: Path = DEFAULT_PROTOCOL) -> Protocol:

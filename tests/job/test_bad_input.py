@@ -165,6 +165,9 @@ def test_run_without_a_signing_key_is_refused(tmp_path, tiny_world, capsys):
      ("no audit pool",)),
     (lambda d: d["split"]["pools"].append(dict(d["split"]["pools"][0])), ("repeat",)),
     (lambda d: d["bootstrap"]["interval"].update(quantiles=[0.975, 0.025]), ("quantiles",)),
+    (lambda d: d["resources"]["dataset"].update(rows=100_001),
+     ("format's limits", "resources.dataset.rows is 100001", "1..100,000")),
+    (lambda d: d["bootstrap"].update(resamples=100_001), ("format's limits", "bootstrap.resamples is 100001")),
 ])
 def test_protocol_the_job_cannot_follow(tmp_path, tiny_world, signing_key_dir, capsys, edit, fragments):
     protocol, lock = tiny_world
