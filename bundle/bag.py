@@ -111,9 +111,12 @@ def check_payload(bag: Path, *, protocol_sha256: str, profile: str, complete: bo
 
     `validated` maps bag paths to the sha256 of bytes the caller itself wrote as canonical JSON
     after validating them against the path's schema (job.artifacts.Artifacts): a file that still
-    hashes to that is not parsed again, which spares a large split's pools.json a second strict
-    parse and schema walk at seal time. Any other file, and every file when `validated` is None,
-    is checked in full.
+    hashes to that is not parsed again (nor held to loads_strict's size and depth bounds, which
+    only the verifier's reading of untrusted files needs), which spares a large split's pools.json
+    a second strict parse and schema walk at seal time. resources.json is always read (its profile
+    must match); any other file, and every file when `validated` is None, is checked in full.
+    Vouching for bytes that were not validated seals them unchecked: pass only digests returned
+    by the writer that validated them.
     """
     bag = Path(bag)
     if not _HEX64.fullmatch(protocol_sha256):

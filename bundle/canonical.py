@@ -109,7 +109,9 @@ def loads_strict(data: bytes | str, *, source: str = "The document",
 
     `shrink`, when given, sees every object as soon as it is parsed (innermost first) and what it
     returns stands for that object: a reader that needs a summary of a large document drops the
-    parts it does not read while parsing, instead of holding them all at once."""
+    parts it does not read while parsing, instead of holding them all at once. An object it
+    replaces must itself nest at most MAX_JSON_DEPTH levels (its place in the document is not
+    known yet); what remains is bounded as without `shrink`."""
     if len(data) > max_bytes:
         raise CanonicalJSONError(
             f"{source} is {len(data):,} {'bytes' if isinstance(data, bytes) else 'characters'} "
@@ -127,13 +129,18 @@ def loads_strict(data: bytes | str, *, source: str = "The document",
     if text.startswith("\ufeff"):
         raise CanonicalJSONError(f"{source} starts with a byte-order mark; write it without one.")
 
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    def pairs(items: list[tuple[str, Any]]) -> Any:
         out: dict[str, Any] = {}
         for key, value in items:
             if key in out:
                 raise ValueError(f"duplicate key {key!r}")
             out[key] = value
-        return out if shrink is None else shrink(out)
+        if shrink is None:
+            return out
+        small = shrink(out)
+        if small is not out and _depth(out) > MAX_JSON_DEPTH:
+            raise ValueError(f"an object nests deeper than {MAX_JSON_DEPTH} levels")
+        return small
 
     try:
         doc = json.loads(

@@ -254,7 +254,7 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
         date_published = bagging_date()
     art.write_bytes(layout.RO_CRATE_JSON, crate_bytes(data_dir, signer_fingerprint=signer_fingerprint,
                                                       date_published=date_published, publication=publication))
-    _release_memory()  # the views re-read pools.json (one entry per row); sealing reads every file again
+    _release_memory()  # the views' transient reading of the records, before sealing hashes every file
     return RunResult(temperature=temperature, metrics=metrics, bootstrap=bootstrap, stability=stability,
                      validated=dict(art.validated))
 

@@ -168,8 +168,8 @@ def require_verifiable(doc: dict[str, Any]) -> None:
     try:
         dimensions(doc)
     except ProtocolOutOfBounds as exc:
-        raise JobError(f"The protocol asks for more than the format's limits allow ({exc}), so no verifier "
-                       "would read its bundle; lower that number in the protocol.") from exc
+        raise JobError(f"The protocol is beyond the format's limits ({exc}), so no verifier would read its "
+                       "bundle; change the protocol (bundle/FORMAT.md, \"Limits\").") from exc
 
 
 def load_protocol(path: Path = DEFAULT_PROTOCOL) -> Protocol:

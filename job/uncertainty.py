@@ -135,8 +135,10 @@ def paired_bootstrap(logits: F64, labels: NDArray[np.int64], beta: float, *, res
     digest = hashlib.sha256()
     parts: dict[str, list[F64]] = {m: [] for m in METRICS}
     for idx in resample_blocks(n, resamples, seed, cells):
+        # Hash the drawn indices first: offset_counts then overwrites them (so that at most two arrays
+        # of the block's size exist at a time).
         digest.update(np.ascontiguousarray(idx, dtype="<i8").data)  # the bytes, not a copy of them
-        counts = offset_counts(idx, n)  # idx is spent: at most two arrays of the block's size at a time
+        counts = offset_counts(idx, n)
         del idx
         w = counts.astype(np.float64)
         del counts

@@ -119,3 +119,6 @@ def test_shrink_keeps_the_strict_checks() -> None:
         loads_strict(b'{"a":{"row":1,"row":2}}', shrink=lambda o: None)
     with pytest.raises(CanonicalJSONError):
         loads_strict(b'{"a":NaN}', shrink=lambda o: o)
+    deep = b'{"rows":[{"row":' + b"[" * 70 + b"]" * 70 + b"}]}"
+    with pytest.raises(CanonicalJSONError, match="deeper than 64"):
+        loads_strict(deep, shrink=lambda o: None if "row" in o else o)  # dropped, yet still bounded

@@ -90,6 +90,7 @@ def test_the_report_shows_the_label_map_and_the_environment_names_the_forward(an
     arch = WORLDS[name][0]
     assert env["torch"]["forward"].endswith({"bert": "BertForSequenceClassification",
                                               "roberta": "RobertaForSequenceClassification"}[arch])
+    assert env["torch"]["allocator"]["arrow_memory_pool"] == "system"  # Arrow's buffers go back with malloc_trim
 
 
 def test_a_label_map_the_model_contradicts_stops_the_run_before_inference(tmp_path, monkeypatch, capsys):

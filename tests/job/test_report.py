@@ -83,7 +83,6 @@ def test_the_report_reads_pool_sizes_not_pool_entries(full_data: Path):
     pools = docs[layout.POOLS_JSON]
     assert pools["pools"] and all(entry is None for members in pools["pools"].values() for entry in members)
     whole = dict(docs, **{layout.POOLS_JSON: loads_strict((full_data / "pools.json").read_bytes())})
-    assert whole[layout.POOLS_JSON]["sizes"] == pools["sizes"]
     figures = [data_name(path) for path, _ in FIGURE_FILES]
     assert all((full_data / name).is_file() for name in figures)
     psha = hashlib.sha256((full_data / "protocol.json").read_bytes()).hexdigest()
