@@ -15,6 +15,8 @@ from job.errors import JobError
 # The name data/environment.json records for this forward (torch.forward); it predates this module's
 # name and stays fixed so that bundles of every version name the same forward the same way.
 PACKED_FORWARD = "job.inference.DistilBertClassifier"
+WORD_EMBEDDINGS = "distilbert.embeddings.word_embeddings.weight"
+"""The word-embedding matrix's name in the checkpoint."""
 LAYER_NORM_EPS = 1e-12  # transformers' DistilBERT: every LayerNorm
 _LAYER = ("attention.q_lin", "attention.k_lin", "attention.v_lin", "attention.out_lin", "sa_layer_norm",
           "ffn.lin1", "ffn.lin2", "output_layer_norm")
@@ -62,7 +64,8 @@ class DistilBertClassifier:
         def pair(name: str) -> tuple[Any, Any]:
             return tensors[f"{name}.weight"], tensors[f"{name}.bias"]
 
-        self.word = tensors["distilbert.embeddings.word_embeddings.weight"]
+        self.tensors = dict(tensors)  # by checkpoint name, for a reference forward on the same tensors
+        self.word = tensors[WORD_EMBEDDINGS]
         self.position = tensors["distilbert.embeddings.position_embeddings.weight"]
         self.emb_norm = pair("distilbert.embeddings.LayerNorm")
         self.n_layers = len({k.split(".")[3] for k in tensors if k.startswith("distilbert.transformer.layer.")})
@@ -91,7 +94,7 @@ class DistilBertClassifier:
     def required(cls, n_layers: int) -> list[str]:
         names = ["distilbert.embeddings.LayerNorm", "pre_classifier", "classifier"]
         names += [f"distilbert.transformer.layer.{i}.{n}" for i in range(n_layers) for n in _LAYER]
-        return ["distilbert.embeddings.word_embeddings.weight", "distilbert.embeddings.position_embeddings.weight",
+        return [WORD_EMBEDDINGS, "distilbert.embeddings.position_embeddings.weight",
                 *(f"{n}.{p}" for n in names for p in ("weight", "bias"))]
 
     @classmethod

@@ -2,7 +2,8 @@
 
 The job's packed DistilBERT forward is a re-implementation of transformers'
 DistilBertForSequenceClassification with eager attention. Every run and smoke test checks it on the
-model it actually loaded, against that model loaded by transformers' from_pretrained, on two batches
+model it actually loaded, against transformers' own forward, built by from_pretrained on the same
+checkpoint tensors (word-embedding rows read afresh from the file; reference_forward), on two batches
 of the pool's rows:
 
 * A batch without padding: the first rows in the protocol's batch order, each cut to the shortest
@@ -20,7 +21,10 @@ of the pool's rows:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+import json
+import mmap
+import os
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +32,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from job.batching import Encoded, batch_plan, encode, padded_batch
+from job.distilbert import WORD_EMBEDDINGS, DistilBertClassifier
 from job.errors import JobError
 from job.inference import Forward
 from job.model import Model, TransformersForward, load_transformers, model_directory
@@ -60,18 +65,54 @@ def first_padded_batch(enc: Encoded, keys: Sequence[str], batch_size: int, pad_i
     return padded_batch(flat, offsets, lengths, batch_plan(lengths, keys, batch_size)[0], pad_id)
 
 
-def reference_forward(model_dir: Path) -> TransformersForward:
+def reference_forward(model_dir: Path, tensors: Mapping[str, Any] | None = None) -> TransformersForward:
     """transformers' eager forward of the model in `model_dir`, its classifier head reading the [CLS]
-    rows from a contiguous copy.
+    rows from a contiguous copy; built on `tensors` (the packed forward's, by checkpoint name) when
+    given, so that the check adds no second copy or mapping of the weights (job.model.load_transformers).
+    What the check then proves: transformers' arithmetic, with each tensor in the layer its name
+    gives, equals the packed forward, whose own assignment of tensors to layers and reading of word
+    rows (WordRows) are thereby checked too, the word rows being read by another route
+    (sparse_word_table).
 
     transformers hands pre_classifier the strided view hidden[:, 0] (row stride longest * dim); the
     packed forward gathers the same rows into a contiguous [B, dim] matrix. Same values and shapes,
     but with two or more threads MKL's sgemm rounds these two layouts differently (measured: up to
     4.8e-7 on the stand-in logits, at 2 and 4 threads, never at 1). The copy makes the layouts match
     and changes no value that enters the head; every other operation is transformers' own."""
-    model = load_transformers(model_dir, "eager")
+    model = load_transformers(model_dir, "eager", tensors)
     model.pre_classifier.register_forward_pre_hook(lambda _module, args: (args[0].contiguous(), *args[1:]))
     return TransformersForward(model)
+
+
+def sparse_word_table(model_file: Path, name: str, ids: Iterable[int]) -> Any:
+    """A float32 tensor of the shape of the checkpoint's word-embedding matrix `name`, holding its rows
+    `ids` and zeros elsewhere, for the reference forward's lookups.
+
+    The rows are read from model_file at the offsets its safetensors header gives: another route to
+    the same bytes than the packed forward's WordRows, which finds them through the memory map. The
+    zeros are untouched pages of an anonymous mapping, which take no memory until written. A lookup
+    through the map instead faults in the page-cache folios around every row (about 1 MB each on
+    this machine's kernel): most of the 94 MB matrix for the few hundred tokens of the check. A
+    token outside `ids` would read a zero row and its logits would differ from the packed
+    forward's, so the check fails; it never passes wrongly."""
+    import torch
+
+    with open(model_file, "rb", buffering=0) as f:
+        header_len = int.from_bytes(f.read(8), "little")
+        entry = json.loads(f.read(header_len))[name]
+        shape, (begin, end) = entry["shape"], entry["data_offsets"]
+        if entry["dtype"] != "F32" or len(shape) != 2 or end - begin != shape[0] * shape[1] * 4:
+            raise ValueError(f"{name} in {model_file.name} is not a float32 matrix")
+        # An anonymous mapping, not np.zeros: numpy asks for transparent huge pages on large arrays,
+        # and each row written would then make a whole 2 MB page resident.
+        table = np.frombuffer(mmap.mmap(-1, shape[0] * shape[1] * 4), dtype=np.float32).reshape(shape)
+        size = shape[1] * 4
+        for i in sorted(set(ids)):
+            if not 0 <= i < shape[0]:
+                raise ValueError(f"token id {i} is outside the vocabulary of {shape[0]}")
+            if os.preadv(f.fileno(), [memoryview(table[i]).cast("B")], 8 + header_len + begin + i * size) != size:
+                raise ValueError(f"{model_file.name} ends inside its word-embedding matrix")
+    return torch.from_numpy(table)
 
 
 def _logits(forward: Forward, ids: NDArray[np.int64], mask: NDArray[np.int64]) -> NDArray[np.float32]:
@@ -151,7 +192,12 @@ def check_packed_forward(model: Model, repo: ResolvedRepo, s: Settings, texts: S
     enc = encode(model.tokenizer, texts, s.max_length)
     try:
         with model_directory(repo) as model_dir:
-            reference = reference_forward(model_dir)
+            tensors = None
+            if isinstance(model.forward, DistilBertClassifier):  # its tensors, but the word rows read afresh
+                used = {t for row in enc.ids for t in row} | {model.pad_id}
+                tensors = {**model.forward.tensors,
+                           WORD_EMBEDDINGS: sparse_word_table(model_dir / "model.safetensors", WORD_EMBEDDINGS, used)}
+            reference = reference_forward(model_dir, tensors)
     except (OSError, ValueError) as exc:
         raise JobError(f"transformers cannot load the model to check the packed forward against ({exc}); "
                        "the files may not form a DistilBERT sequence classifier.") from exc

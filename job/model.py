@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,16 +101,33 @@ def load_tokenizer(model_dir: Path) -> Any:
     return AutoTokenizer.from_pretrained(model_dir)
 
 
-def load_transformers(model_dir: Path, attn_implementation: str) -> Any:
-    """transformers' AutoModelForSequenceClassification in float32 and eval mode (weights memory-mapped)."""
+def load_transformers(model_dir: Path, attn_implementation: str, tensors: Mapping[str, Any] | None = None) -> Any:
+    """transformers' AutoModelForSequenceClassification in float32 and eval mode (weights memory-mapped).
+
+    With `tensors` (checkpoint name -> tensor, e.g. a DistilBertClassifier's), the model is built from
+    config.json by from_pretrained on those tensors instead of reading model.safetensors again: its
+    parameters are those very tensors, not a second mapping of the file that would count its pages
+    twice. Every parameter must come from `tensors` (ValueError otherwise: none is left initialised
+    at random)."""
     import torch
-    from transformers import AutoModelForSequenceClassification
+    import transformers
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
-    model = AutoModelForSequenceClassification.from_pretrained(
-        model_dir, attn_implementation=attn_implementation, dtype=torch.float32)
+    if tensors is None:
+        model = transformers.AutoModelForSequenceClassification.from_pretrained(
+            model_dir, attn_implementation=attn_implementation, dtype=torch.float32)
+    else:
+        config = transformers.AutoConfig.from_pretrained(model_dir)
+        architecture: Any = transformers.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING[type(config)]
+        model, info = architecture.from_pretrained(
+            None, config=config, state_dict=dict(tensors), attn_implementation=attn_implementation,
+            dtype=torch.float32, output_loading_info=True)
+        unloaded = sorted({*info.get("missing_keys", ()), *(k for k, *_ in info.get("mismatched_keys", ()))})
+        if unloaded:
+            raise ValueError(f"{type(model).__name__} has parameters the given tensors do not provide: "
+                             f"{', '.join(unloaded[:5])}")
     model.eval()
     # The protocol's guarantees, checked on the loaded module rather than assumed from the arguments:
     # a checkpoint may carry another dtype or an architecture may ignore the attention request.

@@ -17,15 +17,17 @@ import pyarrow.parquet as pq
 import pytest
 
 from job.batching import batch_plan, encode, padded_batch
-from job.distilbert import PACKED_FORWARD, DistilBertClassifier, WordRows, _file_backing
+from job.distilbert import PACKED_FORWARD, WORD_EMBEDDINGS, DistilBertClassifier, WordRows, _file_backing
 from job.errors import JobError
 from job.forward_check import (
     PADDED_BOUND,
+    check_packed_forward,
     compare_forwards,
     compare_padded,
     compare_unpadded,
     first_padded_batch,
     reference_forward,
+    sparse_word_table,
     ulps,
     unpadded_batch,
 )
@@ -404,3 +406,44 @@ def test_a_disagreeing_packed_forward_stops_the_job_without_a_bundle(command, tm
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and errors[0].startswith("error: The job's packed forward and transformers' eager forward")
     assert not out.exists() and not list(tmp_path.glob(".out*"))
+
+
+def test_the_reference_reads_word_rows_by_the_header_and_shares_every_other_tensor(tiny_world):
+    """The reference forward's word-embedding table holds the checkpoint's rows for the checked tokens,
+    read at the offsets of the safetensors header, zeros elsewhere; every other parameter is the packed
+    forward's own tensor (no second copy of the weights)."""
+    model, _, _, model_dir = tiny_model(tiny_world)
+    packed = model.forward
+    assert isinstance(packed, DistilBertClassifier)
+    word = packed.word.numpy()
+    ids = [0, 3, len(word) - 1]
+    table = sparse_word_table(model_dir / "model.safetensors", WORD_EMBEDDINGS, ids + [3])
+    assert np.array_equal(table.numpy()[ids], word[ids])
+    assert not np.delete(table.numpy(), ids, axis=0).any()
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        sparse_word_table(model_dir / "model.safetensors", WORD_EMBEDDINGS, [len(word)])
+    reference = reference_forward(model_dir, {**packed.tensors, WORD_EMBEDDINGS: table})
+    params = dict(reference.model.named_parameters())
+    assert params[WORD_EMBEDDINGS].data_ptr() == table.data_ptr()
+    assert all(params[name].data_ptr() == t.data_ptr() for name, t in packed.tensors.items() if name != WORD_EMBEDDINGS)
+    missing = {k: v for k, v in packed.tensors.items() if k != "classifier.bias"}
+    with pytest.raises(ValueError, match="do not provide: classifier.bias"):
+        reference_forward(model_dir, missing)
+
+
+def test_the_forward_check_catches_word_rows_read_at_a_wrong_offset(tiny_world):
+    """The packed forward reads word rows through WordRows; the check's reference reads them by the file's
+    header, so a packed forward that reads every token's neighbouring row is stopped."""
+    from job.resources import resolve_local
+
+    protocol_path, lock = tiny_world
+    model, texts, s, _ = tiny_model(tiny_world)
+    repo = resolve_local(lock, load_protocol(protocol_path).resources).model
+    keys = [f"k{i:02d}" for i in range(20)]
+    assert check_packed_forward(model, repo, s, texts[:20], keys) is not None
+    packed = model.forward
+    assert isinstance(packed, DistilBertClassifier) and packed.word_rows is not None
+    rows = packed.word_rows
+    packed.word_rows = dataclasses.replace(rows, offset=rows.offset + rows.dim * 4)
+    with pytest.raises(JobError, match="gave different logits"):
+        check_packed_forward(model, repo, s, texts[:20], keys)
