@@ -68,14 +68,10 @@ def indices_sha256(idx: NDArray[np.int64]) -> str:
     return hashlib.sha256(np.ascontiguousarray(idx, dtype="<i8").tobytes()).hexdigest()
 
 
-def draw_counts(idx: NDArray[np.int64], n: int) -> F64:
-    """W[b, i] = how often row i is drawn in resample b (float64, for BLAS products); idx is left as it was."""
-    return offset_counts(idx.copy(), n).astype(np.float64)
-
-
 def offset_counts(idx: NDArray[np.int64], n: int) -> NDArray[np.int64]:
-    """draw_counts in int64, computed in place: idx (B, n) is overwritten (row b shifted by b * n) so that
-    a block of resamples never holds a second array of its size besides the counts."""
+    """W[b, i] = how often row i is drawn in resample b (int64), computed in place: idx (B, n) is
+    overwritten (row b shifted by b * n) so that a block of resamples never holds a second array of
+    its size besides the counts."""
     b = idx.shape[0]
     idx += (np.arange(b, dtype=np.int64) * n)[:, None]
     return np.bincount(idx.ravel(), minlength=b * n).reshape(b, n)
