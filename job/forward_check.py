@@ -23,7 +23,6 @@ from __future__ import annotations
 import itertools
 import json
 import mmap
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from job.batching import Encoded, batch_plan, encode, padded_batch
-from job.distilbert import WORD_EMBEDDINGS, DistilBertClassifier
+from job.distilbert import WORD_EMBEDDINGS, DistilBertClassifier, WordRows
 from job.errors import JobError
 from job.inference import Forward
 from job.model import Model, TransformersForward, load_transformers, model_directory
@@ -88,30 +87,29 @@ def sparse_word_table(model_file: Path, name: str, ids: Iterable[int]) -> Any:
     """A float32 tensor of the shape of the checkpoint's word-embedding matrix `name`, holding its rows
     `ids` and zeros elsewhere, for the reference forward's lookups.
 
-    The rows are read from model_file at the offsets its safetensors header gives: another route to
-    the same bytes than the packed forward's WordRows, which finds them through the memory map. The
-    zeros are untouched pages of an anonymous mapping, which take no memory until written. A lookup
-    through the map instead faults in the page-cache folios around every row (about 1 MB each on
-    this machine's kernel): most of the 94 MB matrix for the few hundred tokens of the check. A
-    token outside `ids` would read a zero row and its logits would differ from the packed
-    forward's, so the check fails; it never passes wrongly."""
+    The rows are read by WordRows, but at the offset the file's safetensors header gives rather than
+    the one WordRows.for_tensor finds through the memory map: another route to the packed forward's
+    word rows. The zeros are untouched pages of an anonymous mapping, which take no memory until
+    written. A lookup through the map instead faults in the page-cache folios around every row
+    (about 1 MB each on this machine's kernel): most of the 94 MB matrix for the few hundred tokens
+    of the check. A token outside `ids` would read a zero row and its logits would differ from the
+    packed forward's, so the check fails; it never passes wrongly."""
     import torch
 
-    with open(model_file, "rb", buffering=0) as f:
+    with open(model_file, "rb") as f:
         header_len = int.from_bytes(f.read(8), "little")
         entry = json.loads(f.read(header_len))[name]
-        shape, (begin, end) = entry["shape"], entry["data_offsets"]
-        if entry["dtype"] != "F32" or len(shape) != 2 or end - begin != shape[0] * shape[1] * 4:
-            raise ValueError(f"{name} in {model_file.name} is not a float32 matrix")
-        # An anonymous mapping, not np.zeros: numpy asks for transparent huge pages on large arrays,
-        # and each row written would then make a whole 2 MB page resident.
-        table = np.frombuffer(mmap.mmap(-1, shape[0] * shape[1] * 4), dtype=np.float32).reshape(shape)
-        size = shape[1] * 4
-        for i in sorted(set(ids)):
-            if not 0 <= i < shape[0]:
-                raise ValueError(f"token id {i} is outside the vocabulary of {shape[0]}")
-            if os.preadv(f.fileno(), [memoryview(table[i]).cast("B")], 8 + header_len + begin + i * size) != size:
-                raise ValueError(f"{model_file.name} ends inside its word-embedding matrix")
+    shape, (begin, end) = entry["shape"], entry["data_offsets"]
+    if entry["dtype"] != "F32" or len(shape) != 2 or end - begin != shape[0] * shape[1] * 4:
+        raise ValueError(f"{name} in {model_file.name} is not a float32 matrix")
+    rows = sorted(set(ids))
+    outside = [i for i in rows if not 0 <= i < shape[0]]
+    if outside:
+        raise ValueError(f"token id {outside[0]} is outside the vocabulary of {shape[0]}")
+    # An anonymous mapping, not np.zeros: numpy asks for transparent huge pages on large arrays,
+    # and each row written would then make a whole 2 MB page resident.
+    table = np.frombuffer(mmap.mmap(-1, shape[0] * shape[1] * 4), dtype=np.float32).reshape(shape)
+    table[rows] = WordRows(model_file, 8 + header_len + begin, *shape)(np.array(rows, dtype=np.int64)).numpy()
     return torch.from_numpy(table)
 
 
