@@ -8,7 +8,7 @@ KEY ?=
 BUNDLE ?=
 TRUSTED_KEY ?=
 
-.PHONY: help install test test-fast lint standin-run smoke verify bench
+.PHONY: help install test test-slow test-fast lint standin-run smoke verify bench
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -20,8 +20,11 @@ $(PY):
 install: $(PY) ## create .venv and install the locked dependencies (CPU torch)
 	$(PY) -m pip install -q --require-hashes -r requirements.lock -r requirements-dev.lock
 
-test: ## run the whole test suite (unit + integration on ../shared/fixtures when present)
-	$(PY) -m pytest -q
+test: ## the test suite without the slow tests (unit + integration on ../shared/fixtures when present)
+	$(PY) -m pytest -q -m "not slow"
+
+test-slow: ## the slow tests only: byte-flip fuzzing, clean virtual environments, validators
+	$(PY) -m pytest -q -m slow
 
 test-fast: ## unit tests only
 	$(PY) -m pytest -q -m "not integration and not docker and not slow"

@@ -6,6 +6,7 @@ verdict as a full run; a smaller sample runs every check to show nothing crashes
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -74,20 +75,50 @@ def test_flips_without_a_trusted_key_are_rejected(
     check()
 
 
-def test_every_byte_of_the_tag_manifest(loaded: tuple[bagtree.BagTree, list[str], Trust]) -> None:
-    """The tag manifest is the one file no other file hashes: flip each of its bytes. RFC 8493
-    allows either hex case and any whitespace between digest and path, so a flip to the other
-    case of a hex digit or between space and tab must still verify; every other flip fails."""
-    tree, _, trust = loaded
+TAG_MASKS = (0x01, 0x20, 0x29, 0x80)
+"""0x01 changes a hex digit, 0x20 a letter's case, 0x29 a space to a tab, 0x80 the byte's encoding."""
+
+
+def _tag_manifest_flips(tree: bagtree.BagTree, trust: Trust,
+                        flips: Callable[[bytes], list[tuple[int, int]]]) -> None:
+    """Flip bytes of the tag manifest, the one file no other file hashes, at the (index, mask)
+    pairs `flips` picks. RFC 8493 allows either hex case and any whitespace between digest and
+    path, so a flip to the other case of a hex digit or between space and tab must still verify;
+    every other flip fails."""
     data = tree.files["tagmanifest-sha256.txt"]
-    for i in range(len(data)):
-        for mask in (0x01, 0x20, 0x29, 0x80):
-            was, now = chr(data[i]), chr(data[i] ^ mask)
-            in_digest = i - (data.rfind(b"\n", 0, i) + 1) < 64
-            same = ((in_digest and was in "abcdef" and now == was.upper())
-                    or {was, now} == {" ", "\t"})
-            code = _run(flipped(tree, "tagmanifest-sha256.txt", i, mask), trust, True)
-            assert (code in (EXIT_OK, EXIT_UNTRUSTED)) == same, (i, mask)
+    for i, mask in flips(data):
+        was, now = chr(data[i]), chr(data[i] ^ mask)
+        in_digest = i - (data.rfind(b"\n", 0, i) + 1) < 64
+        same = ((in_digest and was in "abcdef" and now == was.upper())
+                or {was, now} == {" ", "\t"})
+        code = _run(flipped(tree, "tagmanifest-sha256.txt", i, mask), trust, True)
+        assert (code in (EXIT_OK, EXIT_UNTRUSTED)) == same, (i, mask)
+
+
+def _boundaries(data: bytes) -> list[tuple[int, int]]:
+    """Each line's structural bytes under every mask: the digest's first and last character, the
+    separator, the path's first and last character and the newline."""
+    picks: list[tuple[int, int]] = []
+    start = 0
+    while start < len(data):
+        end = data.index(b"\n", start)
+        for i in sorted({start, start + 63, start + 64, start + 65, end - 1, end}):
+            picks += [(i, mask) for mask in TAG_MASKS]
+        start = end + 1
+    return picks
+
+
+def test_the_tag_manifest_structure_flipped(loaded: tuple[bagtree.BagTree, list[str], Trust]) -> None:
+    """The bytes where a parser could go wrong, under every mask (every byte: the slow test)."""
+    tree, _, trust = loaded
+    _tag_manifest_flips(tree, trust, _boundaries)
+
+
+@pytest.mark.slow
+def test_every_byte_of_the_tag_manifest(loaded: tuple[bagtree.BagTree, list[str], Trust]) -> None:
+    """Every byte of the tag manifest under every mask."""
+    tree, _, trust = loaded
+    _tag_manifest_flips(tree, trust, lambda data: [(i, m) for i in range(len(data)) for m in TAG_MASKS])
 
 
 RECORDS = ("temperature.json", "trajectory.json", "metrics.json", "bootstrap.json",
