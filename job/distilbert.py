@@ -51,7 +51,7 @@ class DistilBertClassifier:
     On a batch without padding both forwards hand every operation the same shapes and values, and
     the float32 logits equal transformers' bit for bit once transformers' head reads its [CLS] rows
     contiguous, as here (job.forward_check.reference_forward); every run checks that on its own
-    rows (job.forward_check), tests/test_inference.py on several shapes at 1 and 2 threads. On a
+    rows (job.forward_check), tests/job/test_inference.py on several shapes at 1 and 2 threads. On a
     padded batch the linear layers here see [tokens, dim] matrices where transformers' see
     [B * longest, dim], and MKL's sgemm may round a row differently depending on the matrix
     height (even at one thread), so logits can differ from transformers' in their last bits

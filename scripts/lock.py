@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RUNTIME_LOCK = ROOT / "requirements.lock"
 DEV_LOCK = ROOT / "requirements-dev.lock"
-# Dev/test tools that are not in pyproject's [test] extra (used by tests/CI only).
+# Dev/test tools that are not in pyproject's [test] extra (used by the tests and CI only).
 EXTRA_DEV = ["roc-validator", "ruff==0.17.6", "mypy==2.4.1", "types-jsonschema==4.26.0.20261006",
              "check-jsonschema==0.39.0"]
 # Dev packages allowed (and only these) as sdists: bagit's last wheel (1.8.1) imports

@@ -24,7 +24,7 @@ NAME = "calibration-verify"
 DIST = NAME.replace("-", "_")
 BUNDLE_MODULES = ("__init__", "canonical", "crate_terms", "dsse", "errors", "keys", "layout", "schemas",
                   "views/__init__", "views/crate", "views/figures", "views/report")
-"""The modules of bundle/ that verify/ imports (tests/test_verify_structure.py: definitions and the
+"""The modules of bundle/ that verify/ imports (tests/verify/test_structure.py: definitions and the
 renderers of the views)."""
 REQUIRES = ("cryptography", "jsonschema", "matplotlib", "numpy", "pyarrow", "referencing")
 """What the packed modules import; verify/requirements.txt pins them (and theirs) with hashes."""
