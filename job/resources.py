@@ -52,7 +52,7 @@ class ResolvedRepo:
     def record(self) -> dict[str, Any]:
         return {
             "repo_id": self.repo_id, "repo_type": self.repo_type, "revision": self.revision,
-            "source": self.source,
+            "source": self.source, "revision_checked_by_hub": self.source == "hub",
             "files": [
                 {"path": f.path, "size": f.size, "sha256": f.sha256, "pinned_sha256": f.pinned_sha256,
                  "pin": f.pin, "matches_pin": f.matches_pin}

@@ -192,6 +192,5 @@ def probabilities(ctx: Context, pool: str) -> str:
 
 
 def batches(ctx: Context, pool: str) -> str:
-    """Batches follow the protocol's batch order; truncation only at max_length, and exactly for
-    the rows longer than it before truncation."""
+    """Batches in the protocol's order; truncation at max_length, exactly for the longer rows."""
     return check_batches(ctx.table(pool), ctx.doc(layout.PROTOCOL_JSON)["inference"])
