@@ -103,8 +103,12 @@ def dataset_section(args: argparse.Namespace, lock_dir: Path) -> dict[str, Any]:
             raise JobError(f"The data has no column {col!r} for {flag}; its columns are {sorted(columns)}.")
     if table.num_rows == 0:
         raise JobError("The data files hold no rows; pass the files of a split with at least one example.")
+    labels = class_names_of(files, fmt, args, root, table)
+    if len(labels) < 2:
+        raise JobError(f"The data has {len(labels)} class {list(labels)} in {args.label!r}; calibrating needs at "
+                       "least 2 classes, so pass the files of a split (or a label column) with several.")
     return {"repo_type": "dataset", "files": sorted(entries, key=lambda e: e["path"]), "rows": table.num_rows,
-            "columns": columns, "labels": list(class_names_of(files, fmt, args, root, table))}
+            "columns": columns, "labels": list(labels)}
 
 
 def class_names_of(files: Sequence[Path], fmt: str, args: argparse.Namespace, root: Path,

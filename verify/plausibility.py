@@ -28,12 +28,18 @@ def expected_warnings(accuracy: float, k: int, temperature: dict[str, Any]) -> l
     return out
 
 
+def _has(ctx: Context, key: str) -> bool:
+    """Whether metrics.json holds `key`; True when it could not be read, so that the check reports why."""
+    m = ctx.docs.get(layout.METRICS_JSON)
+    return not isinstance(m, dict) or key in m
+
+
 def has_warnings(ctx: Context) -> bool:
-    return "warnings" in ctx.doc(layout.METRICS_JSON)
+    return _has(ctx, "warnings")
 
 
 def has_truncation(ctx: Context) -> bool:
-    return "truncation" in ctx.doc(layout.METRICS_JSON)
+    return _has(ctx, "truncation")
 
 
 def warnings(ctx: Context) -> str:
