@@ -288,8 +288,8 @@ def test_the_job_and_the_verifier_word_warnings_alike():
     assert run_warnings(0.049, 3, {"boundary": True, "boundary_side": "t_max", "temperature": 20.0,
                                    "t_min": 0.05, "t_max": 20.0}) == [
         "accuracy 4.9% is below chance (33.3%): the label map is probably wrong",
-        "T = 20 sits at the bound t_max of the fit interval [0.05, 20]: no temperature inside it fits, which "
-        "usually means a wrong label map or a broken model"]
+        ("T = 20 sits at the bound t_max of the fit interval [0.05, 20]: no temperature inside it fits, which "
+         "usually means a wrong label map or a broken model")]
 
 
 @pytest.mark.parametrize(("case", "edit", "words"), [
