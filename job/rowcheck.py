@@ -23,6 +23,10 @@ def _row_ids(table: pa.Table, id_column: str | None) -> list[object]:
     return list(range(table.num_rows))
 
 
+def _count(bad: Sequence[int], table: pa.Table) -> str:
+    return f"{len(bad)} of the split's {table.num_rows} rows {'has' if len(bad) == 1 else 'have'}"
+
+
 def _first(ids: Sequence[object], where: Sequence[int], id_column: str | None) -> str:
     shown = ", ".join(str(ids[i]) for i in where[:SHOWN])
     more = ", ..." if len(where) > SHOWN else ""
@@ -48,7 +52,7 @@ def check_rows(table: pa.Table, *, text_columns: Sequence[str], label_column: st
         values = table.column(column).to_pylist()
         bad = [i for i, v in enumerate(values) if not isinstance(v, str)]
         if bad:
-            raise JobError(f"{len(bad)} of the split's {table.num_rows} rows have a missing or non-text "
+            raise JobError(f"{_count(bad, table)} a missing or non-text "
                            f"{column!r} ({_first(ids, bad, idc)}); fix or drop those rows in the data.")
     values = table.column(label_column)
     k = len(labels)
@@ -66,6 +70,6 @@ def check_rows(table: pa.Table, *, text_columns: Sequence[str], label_column: st
         raise JobError(f"The label column {label_column!r} holds {values.type}, not class indices or names; "
                        "pick the column that holds each row's class.")
     if bad:
-        raise JobError(f"{len(bad)} of the split's {table.num_rows} rows have a {label_column!r} {what} "
+        raise JobError(f"{_count(bad, table)} a {label_column!r} {what} "
                        f"({_first(ids, bad, idc)}); fix or drop those rows in the data.")
 
