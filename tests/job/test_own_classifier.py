@@ -293,7 +293,8 @@ def test_the_job_and_the_verifier_word_warnings_alike():
 
 
 @pytest.mark.parametrize(("case", "edit", "words"), [
-    ("null text", lambda c: c["premise"].__setitem__(4, None), ["1 of the split's 96 rows has a missing or non-text 'premise'", "idx 5004"]),
+    ("null text", lambda c: c["premise"].__setitem__(4, None),
+     ["1 of the split's 96 rows has a missing or non-text 'premise'", "idx 5004"]),
     ("labels out of range", lambda c: (c["label"].__setitem__(2, -1), c["label"].__setitem__(9, 3)),
      ["2 of the split's 96 rows have a 'label' outside the class indices 0..2", "[-1, 3]", "idx 5002, 5009"]),
     ("empty split", lambda c: [c[k].clear() for k in c], ["The split has no rows"]),
