@@ -119,14 +119,19 @@ def reliability_png(audit: dict[str, Any], temperature: float, legend_above: boo
     `audit` is metrics.json's pools.audit ({"raw": M, "calibrated": M}); `legend_above` as in
     `_reliability_panel`."""
     with _fresh_rc():
-        fig = Figure(figsize=SIZE_RELIABILITY, dpi=DPI)
-        axes = fig.subplots(2, 2, sharex="col", gridspec_kw={"height_ratios": [3, 1]})
-        _reliability_panel(axes[0, 0], axes[1, 0], audit["raw"], "raw (T = 1)", COLORS["raw"], legend_above)
-        _reliability_panel(axes[0, 1], axes[1, 1], audit["calibrated"],
-                           f"calibrated (T = {temperature:.4f})", COLORS["calibrated"], legend_above)
-        fig.suptitle("Reliability, audit pool (10 equal-width confidence bins)", fontsize=11)
-        fig.tight_layout()
-        return _png(fig)
+        return _png(reliability_figure(audit, temperature, legend_above))
+
+
+def reliability_figure(audit: dict[str, Any], temperature: float, legend_above: bool = True) -> Figure:
+    """The figure reliability_png draws (call it where the rcParams are RC's, as there)."""
+    fig = Figure(figsize=SIZE_RELIABILITY, dpi=DPI)
+    axes = fig.subplots(2, 2, sharex="col", gridspec_kw={"height_ratios": [3, 1]})
+    _reliability_panel(axes[0, 0], axes[1, 0], audit["raw"], "raw (T = 1)", COLORS["raw"], legend_above)
+    _reliability_panel(axes[0, 1], axes[1, 1], audit["calibrated"],
+                       f"calibrated (T = {temperature:.4f})", COLORS["calibrated"], legend_above)
+    fig.suptitle("Reliability, audit pool (10 equal-width confidence bins)", fontsize=11)
+    fig.tight_layout()
+    return fig
 
 
 def top_confidence(logits: NDArray[np.float64], beta: float) -> NDArray[np.float64]:

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -188,6 +189,42 @@ def test_truncation_is_counted_per_pool_in_metrics_and_report(chain):
         assert t[cut[0]]["longest_tokens"] > 700  # 700 premise words, each a token, before the cut
     report = (chain["run"] / "data" / "report.md").read_text()
     assert "### Truncation" in report and f"audit {t['audit']['truncated']} of {t['audit']['rows']}" in report
+
+
+def _legend_touches_bars(metrics: dict[str, Any], legend_above: bool) -> bool:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.patches import Rectangle
+
+    from bundle.views.figures import _fresh_rc, reliability_figure
+
+    with _fresh_rc():
+        fig = reliability_figure(metrics["pools"]["audit"], metrics["temperature"], legend_above)
+        renderer = FigureCanvasAgg(fig).get_renderer()
+        fig.draw(renderer)
+        for ax in fig.axes:
+            legend = ax.get_legend()
+            if legend is None:
+                continue
+            box = legend.get_window_extent(renderer)
+            bars = [p.get_window_extent(renderer) for p in ax.patches if isinstance(p, Rectangle)]
+            if any(box.overlaps(b) for b in bars):
+                return True
+    return False
+
+
+def test_the_k3_reliability_legend_sits_clear_of_the_bars(chain):
+    from bundle.views.figures import RELIABILITY, render_figures, reliability_png
+
+    metrics = json.loads((chain["run"] / "data" / "metrics.json").read_text())
+    assert _legend_touches_bars(metrics, legend_above=False)  # the layout records before it keep
+    assert not _legend_touches_bars(metrics, legend_above=True)
+    drawn = (chain["run"] / "data" / "figures" / "reliability-audit.png").read_bytes()
+    assert drawn == reliability_png(metrics["pools"]["audit"], metrics["temperature"], legend_above=True)
+    old = {k: v for k, v in metrics.items() if k not in ("warnings", "truncation")}
+    audit = pq.read_table(chain["run"] / "data" / "predictions" / "audit.parquet")
+    logits = np.stack([audit.column(f"logit_{j}").to_numpy() for j in range(3)], axis=1).astype(np.float64)
+    assert render_figures(old, logits)[RELIABILITY] == reliability_png(
+        metrics["pools"]["audit"], metrics["temperature"], legend_above=False)
 
 
 def test_a_lock_with_the_classes_in_another_order_is_refused_by_init(chain, tmp_path, capsys):
