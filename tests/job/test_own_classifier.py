@@ -213,7 +213,7 @@ def _legend_touches_bars(metrics: dict[str, Any], legend_above: bool) -> bool:
 
 
 def test_the_k3_reliability_legend_sits_clear_of_the_bars(chain):
-    from bundle.views.figures import RELIABILITY, render_figures, reliability_png
+    from bundle.views.figures import RELIABILITY, reliability_png, render_figures
 
     metrics = json.loads((chain["run"] / "data" / "metrics.json").read_text())
     assert _legend_touches_bars(metrics, legend_above=False)  # the layout records before it keep
