@@ -162,6 +162,7 @@ def run_lock(args: argparse.Namespace) -> int:
         args.out.unlink()
         raise
     ds = doc["dataset"]
-    print(f"lock {args.out} written: {len(doc['model']['files'])} model files, {len(ds['files'])} data files, "
-          f"{ds['rows']} rows, classes {ds['labels']}")
+    n_model, n_data = len(doc["model"]["files"]), len(ds["files"])
+    print(f"lock {args.out} written: {n_model} model file{'s' * (n_model != 1)}, {n_data} data "
+          f"file{'s' * (n_data != 1)}, {ds['rows']} rows, classes {ds['labels']}")
     return 0

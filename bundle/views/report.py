@@ -159,18 +159,24 @@ def _protocol_paragraph(p: dict[str, Any], sha: str) -> str:
 def _local_revision_lines(r: dict[str, Any]) -> list[str]:
     """For resources read from local files: their revisions are only stated, never checked by a hub
     (resources.json `revision_checked_by_hub` false; records written before the field say nothing)."""
-    local = [kind for kind in ("model", "dataset") if r[kind].get("revision_checked_by_hub") is False]
+    local = _stated_only(r)
     if not local:
         return []
-    return ["", (f"The {' and '.join(local)} files were read from local files (source local): "
-                 f"{' and '.join(f'the {kind} revision' for kind in local)} is the {STATED_REVISION}, "
-                 "not one a hub confirmed; the sha256 of every file is what was checked.")]
+    whose = "each revision is a" if len(local) == 2 else "its revision is a"
+    return ["", (f"The {' and '.join(local)} files were read from local files (source local), so {whose} "
+                 f"{STATED_REVISION}, not one a hub confirmed; what was checked is the sha256 of every file.")]
+
+
+def _stated_only(r: dict[str, Any]) -> list[str]:
+    """The resources whose revision no hub checked (resources.json `revision_checked_by_hub` false)."""
+    return [kind for kind in ("model", "dataset") if r[kind].get("revision_checked_by_hub") is False]
 
 
 def _resources_lines(r: dict[str, Any]) -> list[str]:
+    formal = (" (every file is the protocol's pinned file, by sha256)." if _stated_only(r) else
+              " (every file is the protocol's pinned file at the pinned revision).")
     lines = [f"Profile: **{r['profile']}**"
-             + (" (every file is the protocol's pinned file at the pinned revision)." if r["profile"] == "formal"
-                else " (the resources differ from the protocol's pins).")]
+             + (formal if r["profile"] == "formal" else " (the resources differ from the protocol's pins).")]
     lines += _local_revision_lines(r)
     if r["deviations"]:
         lines += ["", "Deviations from the pins:", ""] + [f"- {d}" for d in r["deviations"]]
