@@ -141,6 +141,44 @@ def test_lock_hashes_every_file_and_reads_the_classes_from_the_parquet_metadata(
     assert "repo_id" not in lock["model"] and "revision" not in lock["dataset"]  # only what the user states
 
 
+@pytest.mark.parametrize("beside", ["dataset_info.json", "README.md", "--labels", "nothing"])
+def test_lock_reads_the_classes_stated_beside_the_files_or_asks_for_them(world, tmp_path, capsys, beside):
+    data = write_split(tmp_path / "ds" / DATA_PATH, world / "model", metadata=False)
+    extra: list[str] = []
+    if beside == "dataset_info.json":
+        (tmp_path / "ds" / "dataset_info.json").write_text(json.dumps(
+            {"default": {"features": {"label": {"_type": "ClassLabel", "names": CLASSES}}}}))
+    elif beside == "README.md":
+        (tmp_path / "ds" / "README.md").write_text(card())
+    elif beside == "--labels":
+        extra = ["--labels", ",".join(CLASSES)]
+    rc = main(lock_args(world, tmp_path / "lock.json", *extra, data=data))
+    if beside == "nothing":
+        assert rc == 2
+        err = error_line(capsys)
+        assert "states no class names for 'label'" in err and "--labels NAME,NAME" in err
+        assert not (tmp_path / "lock.json").exists()
+        return
+    assert rc == 0
+    assert json.loads((tmp_path / "lock.json").read_text())["dataset"]["labels"] == CLASSES
+
+
+def test_the_verifier_refuses_a_local_revision_claimed_as_checked_by_a_hub(chain, tmp_path):
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from bundle import layout
+    from tests.verify.tamper import copy_bag, edit_json, reseal, update_stage_hashes
+    from verify.api import verify_path
+    from verify.context import Trust
+
+    bag = copy_bag(chain["run"], tmp_path / "bag")
+    edit_json(bag, layout.RESOURCES_JSON, lambda d: d["model"].update(revision_checked_by_hub=True))
+    update_stage_hashes(bag)
+    reseal(bag, Ed25519PrivateKey.generate())
+    checks = {c.id: c for c in verify_path(bag, Trust()).checks}
+    assert checks["resources.pins"].status == "fail" and "checked by a hub" in checks["resources.pins"].detail
+
+
 def test_the_local_route_runs_smoke_and_verifies(chain, capsys):
     from verify.api import verify_path
     from verify.context import Trust
