@@ -2,10 +2,13 @@
 
 At pinned commits (a branch or tag is refused, with the commit it points to), it resolves which
 files make up the model (config, safetensors weights, tokenizer files) and the split (from the
-dataset card, job.datacard), pins every file by size and sha256 (the sha256 the hub publishes for
-LFS files, the download's for the others), reads the split's columns, rows and label names, maps
+dataset card, job.datacard), from the hub or from a local lock (`--resources`, written by `job
+lock`), pins every file by size and sha256 (the sha256 the hub publishes for LFS files, the
+download's for the others), reads the split's columns, rows and label names (checked against the
+class names the data states about itself, job.datameta), refuses bad rows (job.rowcheck), maps
 the model's outputs onto the dataset's labels by name (or as --label-map says), and writes a
-protocol that `job smoke` and `job run --protocol` follow as it is. The inference, fit, metrics and
+protocol that `job smoke` and `job run --protocol` follow as it is. Both routes write the same
+bytes for the same files: every list without a meaningful order is sorted. The inference, fit, metrics and
 study sections are the formal protocol's (provenance.json), so runs of different models differ only
 in what the protocol says about the model and the data."""
 
