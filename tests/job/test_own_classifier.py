@@ -90,6 +90,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """root/model (the classifier) and root/dataset/data/validation-...parquet (the split)."""
     root = tmp_path_factory.mktemp("own")
     model = make_hf_model(root / "model", "bert", MODEL_LABELS, seed=3)
+    (model / "README.md").write_text("# tiny-nli\n")  # locked with the rest, never read by the run
     write_split(root / "dataset" / DATA_PATH, model)
     return root
 
@@ -139,6 +140,10 @@ def test_lock_hashes_every_file_and_reads_the_classes_from_the_parquet_metadata(
     assert ds["labels"] == CLASSES and ds["rows"] == ROWS
     assert ds["columns"] == {"idx": "int32", "premise": "string", "hypothesis": "string", "label": "int64"}
     assert "repo_id" not in lock["model"] and "revision" not in lock["dataset"]  # only what the user states
+    protocol = json.loads(chain["protocol"].read_text())
+    assert "README.md" not in [f["path"] for f in protocol["resources"]["model"]["files"]]
+    used = json.loads((chain["run"] / "data" / "resources.json").read_text())
+    assert used["profile"] == "formal" and "README.md" not in [f["path"] for f in used["model"]["files"]]
 
 
 @pytest.mark.parametrize("beside", ["dataset_info.json", "README.md", "--labels", "nothing"])
