@@ -35,9 +35,18 @@ def hub_address(endpoint: str | None = None) -> str:
     return (endpoint or os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
 
 
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+
+
+def proxied() -> bool:
+    """Whether the environment routes HTTP through a proxy (then only huggingface_hub can tell)."""
+    return any(os.environ.get(name) for name in PROXY_VARIABLES)
+
+
 def require_reachable(what: str, endpoint: str | None = None) -> None:
     """JobError, within PROBE_SECONDS, when the network is off or the hub's host does not accept a
-    TCP connection: huggingface_hub would otherwise retry for about 24 s and then fail anyway."""
+    TCP connection: huggingface_hub would otherwise retry for about 23 s and then fail anyway.
+    Behind a proxy (PROXY_VARIABLES) the host is not probed."""
     import socket
     import urllib.parse
 
@@ -45,6 +54,8 @@ def require_reachable(what: str, endpoint: str | None = None) -> None:
     if offline():
         raise JobError(f"{what} needs the hub, and the network is off (HF_HUB_OFFLINE); run where the hub is "
                        f"reachable, {LOCAL_ROUTE}.")
+    if proxied():
+        return  # the hub is reached through a proxy: a direct connection says nothing about it
     url = urllib.parse.urlsplit(address)
     port = url.port or (443 if url.scheme == "https" else 80)
     try:

@@ -419,6 +419,15 @@ def test_one_class_is_refused_in_the_users_words(world, tmp_path, capsys):
 
 # -- no network ----------------------------------------------------------------------------------
 
+@pytest.fixture(autouse=True)
+def _direct(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No proxy in the environment, so that the hub's host is probed directly."""
+    from job.hub import PROXY_VARIABLES
+
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
 def _closed_port() -> int:
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -491,3 +500,14 @@ def test_the_lock_route_and_the_hub_route_write_the_same_protocol_bytes(world, t
     paths = [f["path"] for f in doc["resources"]["model"]["files"]]
     assert paths == sorted(paths) and "config.json" in paths and "model.safetensors" in paths
     assert list(doc["resources"]["dataset"]["columns"]) == sorted(doc["resources"]["dataset"]["columns"])
+
+
+def test_behind_a_proxy_the_hub_is_not_probed_directly(monkeypatch):
+    from job.hub import require_reachable
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    port = _closed_port()
+    with pytest.raises(Exception, match="cannot be reached"):
+        require_reachable("Reading", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    require_reachable("Reading", f"http://127.0.0.1:{port}")  # huggingface_hub goes through the proxy

@@ -89,7 +89,11 @@ def test_network_failure_is_one_clear_sentence_within_seconds(tmp_path, monkeypa
     """No retries: the hub's host is probed once, and the sentence names the local route."""
     import time
 
+    from job.hub import PROXY_VARIABLES
+
     monkeypatch.delenv("HF_HUB_OFFLINE")
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
     start = time.monotonic()
     with pytest.raises(JobError, match=r"config\.json is not in the cache.*cannot be reached.*check the network"
                                        r".*--resources LOCK\.json\.$"):
