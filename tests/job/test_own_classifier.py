@@ -332,6 +332,9 @@ def test_a_run_below_chance_says_so_everywhere_and_the_verifier_recomputes_it(ch
     result = verify_path(tmp_path / "run", Trust())
     checks = {c.id: c for c in result.checks}
     assert checks["metrics.warnings"].status == "pass" and below in checks["metrics.warnings"].detail
+    assert checks["labels.map"].status == "pass"
+    assert "WARNING: it pairs model label 'ENTAILMENT' with 'contradiction', though the dataset has 'entailment'" \
+        in checks["labels.map"].detail
     assert [c.id for c in result.checks if c.status == "fail" and c.id != "signature.signer-trusted"] == []
     assert "The run warns" in table(result) and below in table(result)
 
