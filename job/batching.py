@@ -41,12 +41,17 @@ class Tokens(Protocol):
     @property
     def truncated(self) -> NDArray[np.bool_]: ...
 
+    @property
+    def full_lengths(self) -> NDArray[np.int64]: ...
+
     def batch(self, rows: Sequence[int], pad_id: int, /) -> Batch: ...
 
 
 def tokenize(tokenizer: Any, texts: Sequence[str], max_length: int, pairs: Sequence[str] | None = None,
-             segments: bool = False) -> tuple[list[list[int]], list[list[int]] | None, NDArray[np.bool_]]:
-    """(token ids, token type ids or None, truncated flags) of each row, special tokens included.
+             segments: bool = False) -> tuple[list[list[int]], list[list[int]] | None, NDArray[np.bool_],
+                                              NDArray[np.int64]]:
+    """(token ids, token type ids or None, truncated flags, token counts before truncation) of each
+    row, special tokens included.
 
     Row i is texts[i], or the pair (texts[i], pairs[i]) joined as the model's tokenizer joins pairs.
     A row longer than max_length is tokenised again with `truncation=True, max_length=max_length`
@@ -57,7 +62,8 @@ def tokenize(tokenizer: Any, texts: Sequence[str], max_length: int, pairs: Seque
     full = tokenizer(list(texts), second, truncation=False, verbose=False, **kwargs)
     ids = [list(x) for x in full["input_ids"]]
     types = [list(x) for x in full["token_type_ids"]] if segments else None
-    truncated = np.array([len(x) > max_length for x in ids], dtype=bool)
+    full_lengths = np.array([len(x) for x in ids], dtype=np.int64)
+    truncated = full_lengths > max_length
     if truncated.any():
         cut_rows = [i for i in range(len(ids)) if truncated[i]]
         cut = tokenizer([texts[i] for i in cut_rows], None if second is None else [second[i] for i in cut_rows],
@@ -66,7 +72,7 @@ def tokenize(tokenizer: Any, texts: Sequence[str], max_length: int, pairs: Seque
             ids[i] = list(cut["input_ids"][j])
             if types is not None:
                 types[i] = list(cut["token_type_ids"][j])
-    return ids, types, truncated
+    return ids, types, truncated, full_lengths
 
 
 def _flat(rows: Sequence[Sequence[int]], lengths: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
@@ -96,6 +102,11 @@ class Encoded:
     ids: tuple[tuple[int, ...], ...]
     truncated: NDArray[np.bool_]
     types: tuple[tuple[int, ...], ...] | None = None
+    full: NDArray[np.int64] | None = None  # token counts before truncation; None: none was cut
+
+    @property
+    def full_lengths(self) -> NDArray[np.int64]:
+        return self.lengths if self.full is None else self.full
 
     @property
     def lengths(self) -> NDArray[np.int64]:
@@ -109,8 +120,9 @@ class Encoded:
 def encode(tokenizer: Any, texts: Sequence[str], max_length: int, pairs: Sequence[str] | None = None,
            segments: bool = False) -> Encoded:
     """Every row tokenised now and held (see `tokenize`)."""
-    ids, types, truncated = tokenize(tokenizer, texts, max_length, pairs, segments)
-    return Encoded(tuple(tuple(x) for x in ids), truncated, None if types is None else tuple(tuple(x) for x in types))
+    ids, types, truncated, full = tokenize(tokenizer, texts, max_length, pairs, segments)
+    return Encoded(tuple(tuple(x) for x in ids), truncated, None if types is None else tuple(tuple(x) for x in types),
+                   full)
 
 
 class Tokenized:
@@ -123,13 +135,15 @@ class Tokenized:
         self.max_length, self.segments = max_length, segments
         lengths = np.zeros(len(texts), dtype=np.int64)
         truncated = np.zeros(len(texts), dtype=bool)
+        full_lengths = np.zeros(len(texts), dtype=np.int64)
         for start in range(0, len(texts), chunk):
             stop = min(start + chunk, len(texts))
-            ids, _, cut = tokenize(tokenizer, texts[start:stop], max_length,
-                                   None if pairs is None else pairs[start:stop])
+            ids, _, cut, full = tokenize(tokenizer, texts[start:stop], max_length,
+                                         None if pairs is None else pairs[start:stop])
             lengths[start:stop] = [len(x) for x in ids]
             truncated[start:stop] = cut
-        self._lengths, self._truncated = lengths, truncated
+            full_lengths[start:stop] = full
+        self._lengths, self._truncated, self._full_lengths = lengths, truncated, full_lengths
 
     @property
     def lengths(self) -> NDArray[np.int64]:
@@ -139,9 +153,13 @@ class Tokenized:
     def truncated(self) -> NDArray[np.bool_]:
         return self._truncated
 
+    @property
+    def full_lengths(self) -> NDArray[np.int64]:
+        return self._full_lengths
+
     def batch(self, rows: Sequence[int], pad_id: int, /) -> Batch:
         """The rows tokenised again; their counts must be the ones the batch plan was made from."""
-        ids, types, _ = tokenize(self.tokenizer, [self.texts[r] for r in rows], self.max_length,
+        ids, types, _, _ = tokenize(self.tokenizer, [self.texts[r] for r in rows], self.max_length,
                                  None if self.pairs is None else [self.pairs[r] for r in rows], self.segments)
         if [len(x) for x in ids] != self._lengths[list(rows)].tolist():
             raise JobError("The tokenizer gave a row another token count on a second pass, so the batch plan "

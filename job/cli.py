@@ -1,4 +1,4 @@
-"""Command line: `python -m job prepare | smoke | run | reproduce`."""
+"""Command line: `python -m job lock | init | prepare | smoke | run | reproduce`."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bundle.errors import BundleError
+from job import lockfile
 from job.errors import JobError
 from job.hub import default_cache
 from job.protocol import DEFAULT_PROTOCOL, Protocol, load_protocol
@@ -67,6 +68,8 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--no-progress", action="store_true", help="no progress bar")
     from job.init import add_arguments
     add_arguments(sub.add_parser("init", help="write a protocol for a model and dataset split pinned at commits"))
+    lockfile.add_arguments(sub.add_parser(
+        "lock", help="write a resource lock (--resources LOCK.json) from a local model folder and data files"))
     return p
 
 
@@ -74,6 +77,15 @@ def _resources(args: argparse.Namespace, protocol: Protocol, pins_out: Path | No
     if args.resources is not None:
         return resolve_local(args.resources, protocol.resources)
     return resolve_hub(protocol.resources, args.cache or default_cache(), pins_out=pins_out)
+
+
+def smoke_verdict(result: dict[str, Any]) -> str:
+    """The smoke test's last line: its rows' accuracy against chance, and a warning below it."""
+    line = (f"smoke ok: {result['correct']} of {result['rows']} rows right, accuracy {result['accuracy']:.1%} "
+            f"against chance {result['chance']:.1%} (a rough check on few rows)")
+    if result["warning"] is not None:
+        line += f"\nWARNING: {result['warning']}; check the protocol's label_map before the run."
+    return line
 
 
 def _run_options(args: argparse.Namespace) -> RunOptions:
@@ -104,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "init":
             from job.init import run_init
             return run_init(args)
+        if args.command == "lock":
+            return lockfile.run_lock(args)
         protocol = load_protocol(args.protocol)
         if args.command == "prepare":
             res = _resources(args, protocol, pins_out=args.pins_out)
@@ -116,8 +130,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "smoke":
             res = _resources(args, protocol)
             from job.pipeline import smoke
-            print(json.dumps(smoke(protocol, res), indent=2))
-            print("smoke ok")
+            result = smoke(protocol, res)
+            print(json.dumps(result, indent=2))
+            print(smoke_verdict(result))
             return 0
         from job.run import run_to_bundle
         options = _run_options(args)  # before the resources are checked: a missing key fails fast

@@ -19,6 +19,7 @@ import pyarrow as pa
 from numpy.typing import NDArray
 
 from job.errors import JobError
+from job.rowcheck import check_rows
 
 FORMATS = ("parquet", "jsonl", "csv")
 
@@ -114,13 +115,8 @@ def _concat(paths: Sequence[Path], fmt: str) -> pa.Table:
 def _label_indices(column: pa.ChunkedArray, names: Sequence[str]) -> NDArray[np.int64]:
     """Label values as indices into `names`: integers as they are, strings by their name."""
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-        index = {n: i for i, n in enumerate(names)}
-        values = column.to_pylist()
-        unknown = sorted({v for v in values if v not in index}, key=str)
-        if unknown:
-            raise JobError(f"The dataset has label values {unknown[:5]} that are not among the protocol's "
-                           f"labels {list(names)}; list every label name in the protocol.")
-        return np.array([index[v] for v in values], dtype=np.int64)
+        index = {n: i for i, n in enumerate(names)}  # every value is a name: job.rowcheck checked it
+        return np.array([index[v] for v in column.to_pylist()], dtype=np.int64)
     return np.asarray(column.to_numpy(), dtype=np.int64)
 
 
@@ -155,21 +151,15 @@ def load_rows(path: Path | Sequence[Path], spec: dict[str, Any], reading: Datase
             raise JobError(f"The dataset's id column {r.id_column!r} holds negative values; ids must be "
                            "0 or more, or set id_column to null to use the row number.")
     names = list(spec["labels"])
+    check_rows(table, text_columns=[c for c in (r.text_column, r.text_pair_column) if c is not None],
+               label_column=r.label_column, labels=names, id_column=r.id_column)
     labels = _label_indices(table.column(r.label_column), names)
     texts = tuple(table.column(r.text_column).to_pylist())
     pairs = tuple(table.column(r.text_pair_column).to_pylist()) if r.text_pair_column is not None else None
-    for column, values in ((r.text_column, texts), (r.text_pair_column, pairs)):
-        if values is not None and any(not isinstance(t, str) for t in values):
-            raise JobError(f"The dataset's text column {column!r} has a missing or non-text value; "
-                           "use the pinned dataset file.")
     unique, counts = np.unique(ids, return_counts=True)
     if (counts > 1).any():
         dup = unique[counts > 1][:5].tolist()
         raise JobError(f"The dataset has duplicate {r.id_column} values {dup}; every row needs a unique id, "
                        "or set id_column to null to use the row number.")
-    bad = sorted(set(labels.tolist()) - set(range(len(names))))
-    if bad:
-        raise JobError(f"The dataset has label values {bad[:5]} outside 0..{len(names) - 1} "
-                       f"({', '.join(names)}); use the pinned file.")
     hashes = tuple(text_hash(t, None if pairs is None else pairs[i]) for i, t in enumerate(texts))
     return Rows(ids=ids, texts=texts, labels=labels, text_sha256=hashes, pairs=pairs)

@@ -22,13 +22,63 @@ def offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes", "on"}
 
 
+LOCAL_ROUTE = "or work from local files: write a lock with `python -m job lock` and pass --resources LOCK.json"
+"""The end of every message about an unreachable hub: the route that needs no network."""
+PROBE_SECONDS = 3.0
+"""How long the reachability probe waits for a TCP connection to the hub before giving up."""
+
+
+def hub_address(endpoint: str | None = None) -> str:
+    """The hub's base URL: `endpoint`, else HF_ENDPOINT, else huggingface.co (as huggingface_hub reads it)."""
+    from huggingface_hub import constants
+
+    return (endpoint or os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+
+
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+
+
+def proxied() -> bool:
+    """Whether the environment routes HTTP through a proxy (then only huggingface_hub can tell)."""
+    return any(os.environ.get(name) for name in PROXY_VARIABLES)
+
+
+def require_reachable(what: str, endpoint: str | None = None) -> None:
+    """JobError, within PROBE_SECONDS, when the network is off or the hub's host does not accept a
+    TCP connection: huggingface_hub would otherwise retry for about 23 s and then fail anyway.
+    Behind a proxy (PROXY_VARIABLES) the host is not probed."""
+    import socket
+    import urllib.parse
+
+    address = hub_address(endpoint)
+    if offline():
+        raise JobError(f"{what} needs the hub, and the network is off (HF_HUB_OFFLINE); run where the hub is "
+                       f"reachable, {LOCAL_ROUTE}.")
+    if proxied():
+        return  # the hub is reached through a proxy: a direct connection says nothing about it
+    url = urllib.parse.urlsplit(address)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname or "", port), timeout=PROBE_SECONDS).close()
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
+        raise JobError(f"{what} needs the hub, and {address} cannot be reached ({reason}); check the network, "
+                       f"{LOCAL_ROUTE}.") from exc
+
+
+def failure_reason(exc: BaseException) -> str:
+    """The first line of an exception's message, or its type's name: what a one-sentence error quotes."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def hub_fetch(repo_id: str, repo_type: str, revision: str, filename: str, cache_dir: Path,
               endpoint: str | None = None) -> Path:
     """Return the cached file if present (no network call); otherwise download it, unless offline.
 
     `endpoint` overrides the hub's address (default: HF_ENDPOINT or huggingface.co)."""
     from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+    from huggingface_hub.errors import LocalEntryNotFoundError
 
     where = f"{repo_id}@{revision[:12]}:{filename}"
     try:
@@ -36,19 +86,14 @@ def hub_fetch(repo_id: str, repo_type: str, revision: str, filename: str, cache_
                                     cache_dir=cache_dir, local_files_only=True))
     except LocalEntryNotFoundError:
         pass
-    if offline():
-        raise JobError(
-            f"{where} is not in the cache {cache_dir} and the network is off (HF_HUB_OFFLINE); "
-            "run `python -m job prepare` where the hub is reachable, or point --resources at a local copy."
-        )
+    require_reachable(f"{where} is not in the cache {cache_dir}, so downloading it", endpoint)
     try:
         return Path(hf_hub_download(repo_id, filename, repo_type=repo_type, revision=revision,
                                     cache_dir=cache_dir, endpoint=endpoint))
-    except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    except Exception as exc:  # whatever the network or the hub does, one sentence
         raise JobError(
-            f"Cannot download {where} into {cache_dir} ({reason}); check the network, "
-            "or point --resources at a local copy of the file."
+            f"Cannot download {where} into {cache_dir} ({failure_reason(exc)}); check the network, "
+            f"{LOCAL_ROUTE}."
         ) from exc
 
 
@@ -64,17 +109,16 @@ def hub_lfs_sha256(repo_id: str, repo_type: str, revision: str, paths: list[str]
     entry. `endpoint` overrides the hub's address, as for hub_fetch. Raises JobError when the hub
     cannot be asked."""
     from huggingface_hub import HfApi
-    from huggingface_hub.errors import HfHubHTTPError
 
     where = f"{repo_id}@{revision[:12]}"
+    require_reachable(f"Reading the LFS sha256 of {', '.join(paths)} in {where}", endpoint)
     try:
         entries = HfApi(endpoint=endpoint).get_paths_info(repo_id, paths, revision=revision,
                                                            repo_type=repo_type)
-    except (HfHubHTTPError, OSError, ValueError, KeyError) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    except Exception as exc:  # whatever the network or the hub does, one sentence
         raise JobError(
-            f"Cannot read the LFS sha256 of {', '.join(paths)} in {where} from the hub ({reason}); "
-            "check the network, or pin the files' sha256 in the protocol."
+            f"Cannot read the LFS sha256 of {', '.join(paths)} in {where} from the hub ({failure_reason(exc)}); "
+            f"check the network, pin the files' sha256 in the protocol, {LOCAL_ROUTE}."
         ) from exc
     published = {}
     for entry in entries:

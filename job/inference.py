@@ -44,7 +44,8 @@ def run_pool(forward: Forward, pad_id: int, tokens: Tokens, keys: Sequence[str],
     batch_of = np.zeros(len(tokens.lengths), dtype=np.int64)
     for b, rows in enumerate(plan):
         batch_of[rows] = b
-    return PoolOutput(logits=logits, token_count=tokens.lengths, truncated=tokens.truncated, batch=batch_of)
+    return PoolOutput(logits=logits, token_count=tokens.lengths, truncated=tokens.truncated, batch=batch_of,
+                      full_token_count=tokens.full_lengths)
 
 
 def run_batches(forward: Forward, pad_id: int, tokens: Tokens, plan: Sequence[Sequence[int]],

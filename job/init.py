@@ -2,10 +2,13 @@
 
 At pinned commits (a branch or tag is refused, with the commit it points to), it resolves which
 files make up the model (config, safetensors weights, tokenizer files) and the split (from the
-dataset card, job.datacard), pins every file by size and sha256 (the sha256 the hub publishes for
-LFS files, the download's for the others), reads the split's columns, rows and label names, maps
+dataset card, job.datacard), from the hub or from a local lock (`--resources`, written by `job
+lock`), pins every file by size and sha256 (the sha256 the hub publishes for LFS files, the
+download's for the others), reads the split's columns, rows and label names (checked against the
+class names the data states about itself, job.datameta), refuses bad rows (job.rowcheck), maps
 the model's outputs onto the dataset's labels by name (or as --label-map says), and writes a
-protocol that `job smoke` and `job run --protocol` follow as it is. The inference, fit, metrics and
+protocol that `job smoke` and `job run --protocol` follow as it is. Both routes write the same
+bytes for the same files: every list without a meaningful order is sorted. The inference, fit, metrics and
 study sections are the formal protocol's (provenance.json), so runs of different models differ only
 in what the protocol says about the model and the data."""
 
@@ -21,12 +24,14 @@ from typing import Any
 
 from bundle.digests import sha256_file
 from job.datacard import FORMATS, card_header, split_files
+from job.datameta import stated_labels
 from job.dataset import DatasetSpec, read_table
 from job.errors import JobError
-from job.hub import default_cache, hub_fetch
+from job.hub import LOCAL_ROUTE, default_cache, failure_reason, hub_fetch, require_reachable
 from job.labelmap import config_labels, match_labels
 from job.protocol import AUDIT, CALIBRATION, DEFAULT_PROTOCOL, load_protocol
 from job.resources import load_lock
+from job.rowcheck import check_rows, require_rows
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json",
@@ -76,15 +81,15 @@ class Hub:
 
     def _info(self, repo_id: str, repo_type: str, revision: str, files: bool) -> Any:
         from huggingface_hub import HfApi
-        from huggingface_hub.errors import HfHubHTTPError
 
+        require_reachable(f"Reading the {repo_type} {repo_id}@{revision}", self.endpoint)
         try:
             return HfApi(endpoint=self.endpoint).repo_info(repo_id, repo_type=repo_type, revision=revision,
                                                            files_metadata=files)
-        except (HfHubHTTPError, OSError, ValueError) as exc:
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise JobError(f"Cannot read {repo_type} {repo_id}@{revision} from the hub ({reason}); check the name, "
-                           "the revision and the network.") from exc
+        except Exception as exc:  # whatever the network or the hub does, one sentence
+            raise JobError(f"Cannot read the {repo_type} {repo_id}@{revision} from the hub "
+                           f"({failure_reason(exc)}); check the name, the revision and the network, "
+                           f"{LOCAL_ROUTE}.") from exc
 
     def commit(self, repo_id: str, repo_type: str, revision: str) -> str:
         return str(self._info(repo_id, repo_type, revision, files=False).sha)
@@ -164,7 +169,7 @@ def _model_paths(listing: dict[str, tuple[int, str | None]], repo: str) -> list[
     if "config.json" not in listing or WEIGHTS not in listing:
         raise JobError(f"The model {repo} has no config.json and {WEIGHTS} at this revision; the job loads only "
                        "safetensors weights: pick a revision that has them.")
-    return ["config.json", *[f for f in TOKENIZER_FILES if f in listing], WEIGHTS]
+    return sorted(["config.json", *[f for f in TOKENIZER_FILES if f in listing], WEIGHTS])
 
 
 def from_hub(args: argparse.Namespace, hub: Hub, fetch: Any) -> tuple[Pinned, Pinned, str, tuple[str, ...] | None]:
@@ -182,30 +187,75 @@ def from_hub(args: argparse.Namespace, hub: Hub, fetch: Any) -> tuple[Pinned, Pi
                         args.label)
     data = _fetch_and_pin(args.dataset, "dataset", args.dataset_revision, d_list, split.paths, cache, fetch,
                           download_lfs=True)
-    return model, data, split.format, split.label_names
+    labels = split.label_names
+    if labels is None:
+        files = [p for p in data.local.values() if p is not None]
+        stated = stated_labels(files, split.format, args.label, root=_repo_root(files[0], split.paths[0]))
+        labels = None if stated is None else stated.names
+    else:
+        check_stated_labels(data, split.format, args.label, labels, "the dataset card")
+    return model, data, split.format, labels
 
 
 def from_lock(args: argparse.Namespace) -> tuple[Pinned, Pinned, str, tuple[str, ...] | None]:
-    """Model and dataset files from a local resource lock (offline); label names from the lock."""
+    """Model and dataset files from a local resource lock (offline). The model's files are chosen
+    as on the hub route and every list is sorted, so both routes write the same protocol. The
+    lock's class names must agree with those the data states about itself (job.datameta)."""
     lock = load_lock(args.resources)
     base = args.resources.resolve().parent
     pinned = []
     for role, repo, rev in (("model", args.model, args.model_revision),
                             ("dataset", args.dataset, args.dataset_revision)):
+        section = lock[role]
+        stated = (section.get("repo_id", repo), section.get("revision", rev))
+        if stated != (repo, rev):
+            raise JobError(f"The lock names the {role} {stated[0]}@{stated[1]}, but init was given "
+                           f"{repo}@{rev}; pass the lock's repository and revision, or write the lock again.")
+        entries = {f["path"]: f for f in section["files"]}
+        paths = sorted(_model_paths({p: (0, None) for p in entries}, repo) if role == "model" else entries)
         files: list[dict[str, Any]] = []
         local: dict[str, Path | None] = {}
-        for f in lock[role]["files"]:
+        for path_in_repo in paths:
+            f = entries[path_in_repo]
             path = (base / f["local_path"]).resolve()
+            if not path.is_file():
+                raise JobError(f"The lock's {role} file {f['path']} is missing at {path}; fix its local_path or "
+                               "write the lock again with `python -m job lock`.")
             digest = sha256_file(path)
             if f["sha256"] not in (None, digest) or path.stat().st_size != f["size"]:
                 raise JobError(f"The lock's {role} file {f['path']} at {path} is not the file the lock pins; "
-                               "fix the lock.")
+                               "write the lock again with `python -m job lock`.")
             files.append({"path": f["path"], "size": f["size"], "sha256": digest})
             local[f["path"]] = path
         pinned.append(Pinned(repo, role, rev, tuple(files), local))
-    data_paths = [f["path"] for f in pinned[1].files]
-    fmt = FORMATS.get(data_paths[0].rsplit(".", 1)[-1], "parquet")
-    return pinned[0], pinned[1], fmt, tuple(lock["dataset"]["labels"])
+    data = pinned[1]
+    fmt = FORMATS.get(data.files[0]["path"].rsplit(".", 1)[-1], "parquet")
+    labels = tuple(lock["dataset"]["labels"])
+    check_stated_labels(data, fmt, args.label, labels)
+    return pinned[0], data, fmt, labels
+
+
+def _repo_root(local: Path, repo_path: str) -> Path:
+    """The folder that holds a file's repository: `local` without the path's folders."""
+    root = local.parent
+    for _ in repo_path.split("/")[1:]:
+        root = root.parent
+    return root
+
+
+def check_stated_labels(data: Pinned, fmt: str, column: str, labels: tuple[str, ...],
+                        claimant: str = "the lock") -> None:
+    """JobError unless `labels` (the lock's, or the card's) are the class names the data files state
+    about themselves, in the same order; nothing to check when the data states none."""
+    files = [p for p in data.local.values() if p is not None]
+    first = data.files[0]
+    stated = stated_labels(files, fmt, column, root=_repo_root(files[0], str(first["path"])))
+    if stated is not None and stated.names != labels:
+        fix = ("write the lock again with `python -m job lock`, which reads them from the data"
+               if claimant == "the lock" else
+               "the dataset's card and files disagree at this revision: pick a revision where they agree")
+        raise JobError(f"{claimant[0].upper()}{claimant[1:]} lists the classes {list(labels)}, but {stated.source} "
+                       f"names them {list(stated.names)} (class 0 first); {fix}.")
 
 
 def dataset_section(args: argparse.Namespace, data: Pinned, fmt: str,
@@ -215,7 +265,7 @@ def dataset_section(args: argparse.Namespace, data: Pinned, fmt: str,
 
     tables = [read_table(p, fmt) for p in data.local.values() if p is not None]
     table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-    columns = {f.name: str(f.type) for f in table.schema}
+    columns = {f.name: str(f.type) for f in sorted(table.schema, key=lambda f: f.name)}
     for flag, col in (("--text", args.text), ("--text-pair", args.text_pair), ("--label", args.label),
                       ("--id", args.id_column)):
         if col is not None and col not in columns:
@@ -223,13 +273,20 @@ def dataset_section(args: argparse.Namespace, data: Pinned, fmt: str,
     id_column = args.id_column
     if id_column is None and "idx" in columns and pa.types.is_integer(table.schema.field("idx").type):
         id_column = "idx"
+    require_rows(table)
     labels = card_labels
     if labels is None:
         values = table.column(args.label)
         if not pa.types.is_string(values.type):
-            raise JobError(f"The dataset card names no classes for {args.label!r} and its values are "
-                           f"{values.type}; add class_label names to the card or use a lock with labels.")
-        labels = tuple(sorted(set(values.to_pylist())))
+            raise JobError(f"The dataset states no class names for {args.label!r} (no card class_label, no Parquet "
+                           f"ClassLabel) and its values are {values.type}; write a lock with "
+                           "`python -m job lock --labels NAME,...` and pass --resources.")
+        labels = tuple(sorted({v for v in values.to_pylist() if v is not None}))
+    if len(labels) < 2:
+        raise JobError(f"The dataset's {args.label!r} column has {len(labels)} class {list(labels)}; calibrating "
+                       "needs at least 2 classes, so pick a split or label column with several.")
+    check_rows(table, text_columns=[c for c in (args.text, args.text_pair) if c is not None],
+               label_column=args.label, labels=labels, id_column=id_column)
     section: dict[str, Any] = {
         "repo_id": data.repo_id, "repo_type": "dataset", "revision": data.revision, "files": list(data.files),
         "rows": table.num_rows, "columns": columns, "labels": list(labels), "format": fmt, "id_column": id_column,

@@ -106,8 +106,13 @@ def config_labels(config_path: Path) -> list[str]:
 def match_labels(model_labels: Sequence[str], dataset_labels: Sequence[str],
                  explicit: Mapping[str, str] | None = None) -> dict[str, Any]:
     """A protocol `label_map` section: model labels matched to dataset labels by name, ignoring case,
-    or as `explicit` ({model label: dataset label}) says. JobError, with a suggested explicit map,
-    when the names do not match one to one."""
+    or as `explicit` ({model label: dataset label}) says. JobError when the names do not match one to
+    one: with a suggested explicit map when every label has one unambiguous namesake
+    (`suggest_map`), never a map by position; and when an explicit map pairs a label with another
+    label than its namesake."""
+    if len(model_labels) < 2:
+        raise JobError(f"The model has {len(model_labels)} output {list(model_labels)}; calibrating needs a "
+                       "classifier with at least 2 classes, so pick a model with one output per class.")
     if len(model_labels) != len(dataset_labels):
         raise JobError(f"The model has {len(model_labels)} outputs {list(model_labels)} and the dataset "
                        f"{len(dataset_labels)} labels {list(dataset_labels)}; pick a model trained for these labels.")
@@ -115,18 +120,84 @@ def match_labels(model_labels: Sequence[str], dataset_labels: Sequence[str],
     if explicit is not None:
         mapping = dict(explicit)
         by = EXPLICIT
+        _refuse_against_names(mapping, model_labels, dataset_labels)
     else:
         mapping = {m: by_fold[m.casefold()] for m in model_labels if m.casefold() in by_fold}
         by = BY_NAME
     targets = [mapping.get(m) for m in model_labels]
     if None in targets or sorted(str(t) for t in targets) != sorted(dataset_labels):
-        suggestion = ",".join(f"{m}={d}" for m, d in zip(model_labels, dataset_labels, strict=True))
-        raise JobError(f"The model's labels {list(model_labels)} do not match the dataset's labels "
-                       f"{list(dataset_labels)} one to one by name; give the map explicitly, e.g. "
-                       f"--label-map {suggestion}")
+        raise JobError(_no_match_message(model_labels, dataset_labels, explicit is not None))
     return {"by": by, "rule": RULE,
             "pairs": [{"model_index": i, "model_label": m, "dataset_label": t}
                       for i, (m, t) in enumerate(zip(model_labels, targets, strict=True))]}
+
+
+def _no_match_message(model_labels: Sequence[str], dataset_labels: Sequence[str], explicit: bool) -> str:
+    heard = (f"--label-map does not map the model's labels {list(model_labels)} one to one onto the dataset's "
+             f"labels {list(dataset_labels)}" if explicit else
+             f"The model's labels {list(model_labels)} do not match the dataset's labels "
+             f"{list(dataset_labels)} one to one by name")
+    suggestion = suggest_map(model_labels, dataset_labels)
+    if suggestion is not None and not explicit:
+        pairs = ",".join(f"{m}={suggestion[m]}" for m in model_labels)
+        return (f"{heard}; their names suggest --label-map {pairs} (check each pair against the "
+                "model's documentation before you pass it)")
+    return (f"{heard}; their names do not say which is which, so give the map explicitly, "
+            "--label-map MODEL_LABEL=DATASET_LABEL,... for every model label, from the model's documentation")
+
+
+def _refuse_against_names(mapping: Mapping[str, str], model_labels: Sequence[str],
+                          dataset_labels: Sequence[str]) -> None:
+    """JobError when the explicit map sends a model label elsewhere than to the dataset label its
+    name matches (`name_key`): such a map is almost certainly a positional pairing pasted by mistake."""
+    keys = {name_key(d): d for d in dataset_labels}
+    for m in model_labels:
+        namesake = keys.get(name_key(m))
+        if namesake is not None and m in mapping and mapping[m] != namesake:
+            raise JobError(f"--label-map pairs the model's {m!r} with the dataset's {mapping[m]!r}, but the "
+                           f"dataset's {namesake!r} has the same name; pair labels by name ({m}={namesake}), "
+                           "never by position.")
+
+
+SUFFIXES = ("ments", "ment", "ions", "ion", "ing", "ies", "ed", "es", "s", "y", "e")
+"""Inflections stripped to compare label names: plurals, participles and -ment/-ion nouns, so that
+`entailed`, `entails` and `ENTAILMENT` share the stem `entail`."""
+CLOSEST = 0.8
+"""The least difflib similarity for a closest-name suggestion (and it must be the only one that close)."""
+
+
+def name_key(name: str) -> str:
+    """A label name reduced for comparison: case folded, only letters and digits, one inflection off."""
+    key = "".join(ch for ch in name.casefold() if ch.isalnum())
+    for suffix in SUFFIXES:
+        if key.endswith(suffix) and len(key) - len(suffix) >= 3:
+            return key[: -len(suffix)]
+    return key
+
+
+def _digits(key: str) -> str:
+    return "".join(ch for ch in key if ch.isdigit())
+
+
+def suggest_map(model_labels: Sequence[str], dataset_labels: Sequence[str]) -> dict[str, str] | None:
+    """{model label: dataset label} when every model label has exactly one namesake among the dataset's
+    labels (same `name_key`, or else the single close name with the same digits, similarity >= CLOSEST) and no two share
+    one; None otherwise. Positions never enter: unnamed labels (LABEL_0, ...) get no suggestion."""
+    import difflib
+
+    keys = {d: name_key(d) for d in dataset_labels}
+    out: dict[str, str] = {}
+    for m in model_labels:
+        mk = name_key(m)
+        same = [d for d, k in keys.items() if k == mk]
+        if not same:
+            close = [d for d, k in keys.items() if _digits(k) == _digits(mk)
+                     and difflib.SequenceMatcher(None, mk, k).ratio() >= CLOSEST]
+            same = close if len(close) == 1 else []
+        if len(same) != 1:
+            return None
+        out[m] = same[0]
+    return out if len(set(out.values())) == len(out) == len(dataset_labels) else None
 
 
 RULE = ("logits stored in dataset label order: logit_j is the model output whose index maps to dataset label j; "

@@ -22,6 +22,7 @@ from job.inference import run_pool
 from job.labelmap import LabelMap
 from job.metrics import compute_metrics
 from job.model import Model, load_model, model_directory
+from job.plausibility import below_chance, run_warnings, truncation_summary
 from job.predictions import PoolOutput, predictions_table, read_logits
 from job.protocol import AUDIT, Protocol
 from job.protocol import CALIBRATION as CAL
@@ -137,8 +138,18 @@ def trajectory_record(protocol: Protocol, fit: TemperatureFit) -> dict[str, Any]
     }
 
 
-def metrics_record(protocol: Protocol, art: Artifacts, beta: float) -> dict[str, Any]:
-    """Raw and calibrated metrics of both pools, recomputed from the stored float32 logits."""
+def truncation_of(path: Path, max_length: int) -> dict[str, int]:
+    """The truncation summary of one predictions file (job.plausibility.truncation_summary)."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path, columns=["full_token_count", "truncated"])
+    return truncation_summary(table.column("full_token_count").to_numpy().astype(np.int64),
+                              table.column("truncated").to_numpy(zero_copy_only=False), max_length)
+
+
+def metrics_record(protocol: Protocol, art: Artifacts, beta: float, temperature: dict[str, Any]) -> dict[str, Any]:
+    """Raw and calibrated metrics of both pools, recomputed from the stored float32 logits; the
+    warnings the audit accuracy and the fitted temperature call for; each pool's truncation."""
     pools: dict[str, Any] = {}
     unchanged = True
     for name, role in ((AUDIT, "evidence"), (CAL, "fit pool, not evidence")):
@@ -151,8 +162,12 @@ def metrics_record(protocol: Protocol, art: Artifacts, beta: float) -> dict[str,
             "raw": compute_metrics(z, labels, 1.0, protocol.threshold),
             "calibrated": compute_metrics(z, labels, beta, protocol.threshold),
         }
+    audit = pools[AUDIT]["raw"]
     return {"protocol_sha256": protocol.sha256, "temperature_sha256": art.digest(layout.TEMPERATURE_JSON),
-            "beta": beta, "temperature": 1.0 / beta, "argmax_unchanged": unchanged, "pools": pools}
+            "beta": beta, "temperature": 1.0 / beta, "argmax_unchanged": unchanged, "pools": pools,
+            "warnings": run_warnings(audit["accuracy"], len(protocol.resources["dataset"]["labels"]), temperature),
+            "truncation": {name: truncation_of(art.path(layout.PREDICTIONS[name]), protocol.inference["max_length"])
+                           for name in (AUDIT, CAL)}}
 
 
 def stage(protocol: Protocol, name: str, consumed: dict[str, str], produced: dict[str, str]) -> dict[str, Any]:
@@ -227,7 +242,7 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
             forward_check = check_packed_forward(model, resources.model, s, list(cal_rows.texts), cal_pool.keys)
             del cal_rows, cal_pool
         with clock.stage("metrics"):
-            metrics = metrics_record(protocol, art, fit.beta)
+            metrics = metrics_record(protocol, art, fit.beta, temperature)
             art.write_json(layout.METRICS_JSON, metrics)
             _release_memory()  # both predictions tables as read, before the bootstrap's resample blocks
             stages.append(stage(protocol, "metrics", art.pick(layout.TEMPERATURE_JSON, cal_pred, audit_pred),
@@ -288,7 +303,9 @@ def smoke(protocol: Protocol, resources: Resources) -> dict[str, Any]:
     labels = rows.labels[list(pool.positions)]
     forward_check = check_packed_forward(model, resources.model, s, [rows.texts[p] for p in pool.positions],
                                          pool.keys)
+    correct = int((out.logits.argmax(axis=1) == labels).sum())
     return {"rows": n, "shape": list(out.logits.shape), "finite": True,
             "max_prob_sum_error": float(np.abs(probs.sum(axis=1) - 1).max()),
-            "correct": int((out.logits.argmax(axis=1) == labels).sum()),
+            "correct": correct, "accuracy": correct / n, "chance": 1.0 / k,
+            "warning": below_chance(correct / n, k),
             "tokens": int(out.token_count.sum()), "forward_check": forward_check}

@@ -21,6 +21,7 @@ class PoolOutput:
     token_count: NDArray[np.int64]
     truncated: NDArray[np.bool_]
     batch: NDArray[np.int64]  # index of the batch each row ran in
+    full_token_count: NDArray[np.int64]  # token count before truncation
 
 
 def predictions_table(ids: NDArray[np.int64], keys: tuple[str, ...], text_sha256: tuple[str, ...],
@@ -42,6 +43,7 @@ def predictions_table(ids: NDArray[np.int64], keys: tuple[str, ...], text_sha256
     cols["token_count"] = pa.array(out.token_count.astype(np.int32), pa.int32())
     cols["truncated"] = pa.array(out.truncated, pa.bool_())
     cols["batch"] = pa.array(out.batch.astype(np.int32), pa.int32())
+    cols["full_token_count"] = pa.array(out.full_token_count.astype(np.int32), pa.int32())
     return pa.table(cols)
 
 

@@ -52,7 +52,7 @@ class ResolvedRepo:
     def record(self) -> dict[str, Any]:
         return {
             "repo_id": self.repo_id, "repo_type": self.repo_type, "revision": self.revision,
-            "source": self.source,
+            "source": self.source, "revision_checked_by_hub": self.source == "hub",
             "files": [
                 {"path": f.path, "size": f.size, "sha256": f.sha256, "pinned_sha256": f.pinned_sha256,
                  "pin": f.pin, "matches_pin": f.matches_pin}
@@ -121,14 +121,18 @@ def load_lock(path: Path) -> dict[str, Any]:
 
 
 def resolve_local(lock_path: Path, protocol_res: dict[str, Any]) -> Resources:
-    """Resources from a local lock: every file exists and matches the lock's size and sha256."""
+    """Resources from a local lock: every file exists and matches the lock's size and sha256.
+
+    The source is "local": the revision is the one the lock or the protocol states, never confirmed
+    by a hub (the report and the crate say so)."""
     lock = load_lock(lock_path)
     base = lock_path.resolve().parent
     repos = {}
     for role in ("model", "dataset"):
-        spec = lock[role]
+        # A lock that names no repository or revision holds the protocol's, as its author states them.
+        spec = {"repo_id": protocol_res[role]["repo_id"], "revision": protocol_res[role]["revision"], **lock[role]}
         files = []
-        for f in spec["files"]:
+        for f in _used_files(spec, protocol_res[role]):
             local = (base / f["local_path"]).resolve()
             size, digest = check_file(f"{role} file {f['path']}", local, f["size"], f["sha256"])
             pinned = _protocol_pin(protocol_res, role, spec, f["path"])
@@ -141,6 +145,15 @@ def resolve_local(lock_path: Path, protocol_res: dict[str, Any]) -> Resources:
     return Resources(repos["model"], repos["dataset"],
                      {"rows": ds["rows"], "columns": ds["columns"], "labels": ds["labels"]},
                      profile, deviations)
+
+
+def _used_files(spec: dict[str, Any], pinned: dict[str, Any]) -> list[dict[str, Any]]:
+    """The lock's files the run reads: for the protocol's repository and revision, the files the
+    protocol lists (a lock may hold more, e.g. every file of a model folder); otherwise all of them."""
+    if spec["repo_id"] != pinned["repo_id"] or spec["revision"] != pinned["revision"]:
+        return list(spec["files"])
+    listed = {f["path"] for f in pinned["files"]}
+    return [f for f in spec["files"] if f["path"] in listed]
 
 
 def _protocol_pin(protocol_res: dict[str, Any], role: str, spec: dict[str, Any], path: str) -> str | None:

@@ -10,11 +10,13 @@ ROWS = (("accuracy", "{:.4f}"), ("mean_confidence", "{:.4f}"), ("nll", "{:.4f}")
 
 def summary(metrics: dict[str, Any], temperature: dict[str, Any], profile: str,
             bootstrap: dict[str, Any] | None = None) -> str:
-    """T, the audit-pool metric table raw vs calibrated, and the bootstrap intervals if any."""
+    """Warnings first, then T, the audit-pool metric table raw vs calibrated, the rows cut to
+    max_length, and the bootstrap intervals if any."""
     audit = metrics["pools"]["audit"]
     raw, cal = audit["raw"], audit["calibrated"]
     flag = f"  (BOUNDARY: {temperature['boundary_side']})" if temperature["boundary"] else ""
-    lines = [
+    lines = [f"WARNING: {w}." for w in metrics.get("warnings", [])]
+    lines += [
         f"profile {profile}; temperature T = {temperature['temperature']:.6f} (beta = {temperature['beta']:.6f}){flag}",
         (f"calibration-pool NLL {temperature['nll_before']:.4f} -> {temperature['nll_after']:.4f} "
          "(fit pool, not evidence)"),
@@ -27,9 +29,20 @@ def summary(metrics: dict[str, Any], temperature: dict[str, Any], profile: str,
     for side, m in (("raw", raw), ("calibrated", cal)):
         t = m["threshold"]
         lines.append(f"  p >= {t['value']} ({side}): {t['accepted']} accepted, {t['wrong_accepted']} of them wrong")
+    lines += truncation_lines(metrics)
     if bootstrap is not None:
         level = round(100 * bootstrap["interval"]["level"])
         lines.append(f"  calibrated - raw, {level}% paired bootstrap ({bootstrap['resamples']} resamples):")
         for key, d in sorted(bootstrap["differences"].items()):
             lines.append(f"    {key:<6}{d['point']:+.4f}  [{d['lower']:+.4f}, {d['upper']:+.4f}]  {d['verdict']}")
     return "\n".join(lines)
+
+
+def truncation_lines(metrics: dict[str, Any]) -> list[str]:
+    """One line per pool with rows cut to max_length, none when no row was cut."""
+    out = []
+    for pool, t in sorted(metrics.get("truncation", {}).items()):
+        if t["truncated"]:
+            out.append(f"  {pool}: {t['truncated']} of {t['rows']} rows cut to {t['max_length']} tokens "
+                       f"(longest {t['longest_tokens']})")
+    return out

@@ -24,6 +24,7 @@ from verify import (
     fit,
     labelmap,
     metrics,
+    plausibility,
     pools,
     predictions,
     records,
@@ -140,6 +141,10 @@ CONTENT: tuple[Entry | Group, ...] = (
         Entry("metrics.{pool}.{which}", "{pool} {which} metrics recomputed", metrics.recomputed),
     ), each=metrics.each_pool_and_scale),
     Entry("metrics.argmax", "argmax unchanged by the temperature", metrics.argmax),
+    Entry(plausibility.WARNINGS_CHECK, "warnings are those the audit accuracy and temperature call for",
+          plausibility.warnings, when=plausibility.has_warnings),
+    Entry("metrics.truncation", "truncation summary restates the predictions' token counts",
+          plausibility.truncation, when=plausibility.has_truncation),
     Group((
         Entry("bootstrap.record", "bootstrap names this protocol, temperature and predictions",
               bootstrap.record),

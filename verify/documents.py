@@ -42,3 +42,4 @@ class PoolData:
     token_count: np.ndarray
     truncated: np.ndarray
     batch: np.ndarray
+    full_token_count: np.ndarray | None = None  # before truncation; None in bundles without the column

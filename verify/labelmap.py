@@ -31,7 +31,19 @@ def check_label_map(protocol: dict[str, Any], logit_columns: dict[str, int]) -> 
         if k != len(labels):
             raise Failed(f"data/predictions/{pool}.parquet has {k} logit columns, the label map {len(labels)}.")
     shown = ", ".join(f"{p['model_index']}:{p['model_label']}->{p['dataset_label']}" for p in pairs)
-    return f"bijection by {section['by']} onto {len(labels)} dataset labels ({shown[:200]})"
+    return f"bijection by {section['by']} onto {len(labels)} dataset labels ({shown[:200]})" + _against_names(pairs)
+
+
+def _against_names(pairs: list[dict[str, Any]]) -> str:
+    """A warning, for the detail, when a pair sends a model label to another dataset label than
+    the one of the same name (ignoring case): an explicit map that may be positional by mistake."""
+    by_fold = {p["dataset_label"].casefold(): p["dataset_label"] for p in pairs}
+    for p in pairs:
+        namesake = by_fold.get(p["model_label"].casefold())
+        if namesake is not None and namesake != p["dataset_label"]:
+            return (f"; WARNING: it pairs model label {p['model_label']!r} with {p['dataset_label']!r}, "
+                    f"though the dataset has {namesake!r}")
+    return ""
 
 
 # -- the checks (verify/checks.py lists them in order) ---------------------------------------

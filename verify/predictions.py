@@ -17,13 +17,17 @@ from verify.documents import PoolData
 from verify.result import Failed
 
 
-def expected_schema(k: int) -> pa.Schema:
+def expected_schema(k: int, full_counts: bool = True) -> pa.Schema:
+    """The columns of a K-class predictions file; `full_token_count` (the count before truncation)
+    is last, and absent from files written before it existed (full_counts False)."""
     fields = [("idx", pa.int32()), ("split_key", pa.string()), ("text_sha256", pa.string()),
               ("label", pa.int64())]
     fields += [(f"logit_{i}", pa.float32()) for i in range(k)]
     fields += [(f"prob_{i}", pa.float64()) for i in range(k)]
     fields += [("pred", pa.int64()), ("token_count", pa.int32()), ("truncated", pa.bool_()),
                ("batch", pa.int32())]
+    if full_counts:
+        fields.append(("full_token_count", pa.int32()))
     return pa.schema(fields)
 
 
@@ -33,7 +37,7 @@ def _check_metadata(path: str, source: pq.ParquetFile, k: int, max_rows: int) ->
     into gigabytes."""
     meta = source.metadata
     want = len(expected_schema(k))
-    if meta.num_columns != want:
+    if meta.num_columns not in (want, want - 1):
         raise Failed(f"{path} has {meta.num_columns} columns, the format has {want} for {k} "
                      "classes.")
     if meta.num_rows > max_rows:
@@ -58,7 +62,7 @@ def read_pool(name: str, data: bytes, k: int, max_rows: int = limits.MAX_ROWS) -
     except Exception as exc:  # pyarrow raises many types for corrupt files
         raise Failed(f"{path} cannot be read as Parquet ({type(exc).__name__}: "
                      f"{str(exc)[:200]}).") from exc
-    want = expected_schema(k)
+    want = expected_schema(k, full_counts="full_token_count" in table.column_names)
     got = [(f.name, str(f.type)) for f in table.schema]
     expected = [(f.name, str(f.type)) for f in want]
     if got != expected:
@@ -87,6 +91,8 @@ def read_pool(name: str, data: bytes, k: int, max_rows: int = limits.MAX_ROWS) -
         token_count=table.column("token_count").to_numpy(),
         truncated=table.column("truncated").to_numpy(zero_copy_only=False),
         batch=table.column("batch").to_numpy(),
+        full_token_count=(table.column("full_token_count").to_numpy()
+                          if "full_token_count" in table.column_names else None),
     )
 
 
@@ -135,6 +141,14 @@ def check_batches(pool: PoolData, inference: dict[str, Any]) -> str:
     if len(wrong_trunc):
         raise Failed(f"{path} row {wrong_trunc[0]} is marked truncated with "
                      f"{pool.token_count[wrong_trunc[0]]} tokens, not max_length {max_length}.")
+    if pool.full_token_count is not None:
+        full = pool.full_token_count
+        wrong_full = np.nonzero(np.where(pool.truncated, full <= max_length, full != pool.token_count))[0]
+        if len(wrong_full):
+            r = wrong_full[0]
+            raise Failed(f"{path} row {r} has {full[r]} tokens before truncation and {pool.token_count[r]} "
+                         f"after, truncated {bool(pool.truncated[r])}; a row is cut exactly when it is longer "
+                         f"than max_length {max_length}.")
     order = sorted(range(len(pool.idx)),
                    key=lambda i: (-int(pool.token_count[i]), pool.split_key[i]))
     expected = np.empty(len(order), dtype=np.int64)
@@ -178,5 +192,5 @@ def probabilities(ctx: Context, pool: str) -> str:
 
 
 def batches(ctx: Context, pool: str) -> str:
-    """Batches follow the protocol's batch order; truncation only at max_length."""
+    """Batches in the protocol's order; truncation at max_length, exactly for the longer rows."""
     return check_batches(ctx.table(pool), ctx.doc(layout.PROTOCOL_JSON)["inference"])

@@ -37,6 +37,10 @@ def check_resources(resources: dict[str, Any], protocol: dict[str, Any], bag_pro
     formal_problems = []
     for kind in ("model", "dataset"):
         used, pinned = resources[kind], protocol["resources"][kind]
+        if "revision_checked_by_hub" in used and used["revision_checked_by_hub"] != (used["source"] == "hub"):
+            raise Failed(f"resources.json says the {kind} revision was checked by a hub "
+                         f"{used['revision_checked_by_hub']}, but its source is {used['source']!r}; only files "
+                         "from the hub are checked at their revision.")
         if used["repo_id"] != pinned["repo_id"] or used["repo_type"] != pinned["repo_type"]:
             formal_problems.append(f"{kind} is {used['repo_id']!r}, the protocol pins "
                                    f"{pinned['repo_id']!r}")

@@ -7,6 +7,7 @@ from typing import Any
 
 from bundle.keys import fingerprint
 from verify.api import Outcome
+from verify.plausibility import WARNINGS_CHECK
 from verify.result import EXIT_FAILED, EXIT_OK, EXIT_UNTRUSTED
 
 REPORT_VERSION = 1
@@ -65,6 +66,16 @@ def dumps_report(outcome: Outcome) -> str:
     return json.dumps(to_json(outcome), indent=2, ensure_ascii=False) + "\n"
 
 
+def _warning_lines(outcome: Outcome) -> list[str]:
+    """The run's own warnings (metrics.json, recomputed by the check), repeated above the verdict."""
+    found = [c.detail for c in outcome.checks if c.id == WARNINGS_CHECK and c.status == "pass"
+             and c.detail.startswith("WARNING: ")]
+    if not found:
+        return []
+    return ["", "The run warns (signed in metrics.json, recomputed here; the figures are what it found):"] + [
+        f"  {_printable(w)}" for w in found[0].split("; WARNING: ")]
+
+
 def table(outcome: Outcome) -> str:
     width = max(len(c.id) for c in outcome.checks) if outcome.checks else 10
     lines = [f"Bundle: {_printable(outcome.bundle)} ({outcome.kind})", "",
@@ -74,6 +85,7 @@ def table(outcome: Outcome) -> str:
     counts = {s: sum(c.status == s for c in outcome.checks) for s in ("pass", "fail", "skip")}
     summary = (f"{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped in "
                f"{outcome.seconds:.3f} s")
+    lines += _warning_lines(outcome)
     if outcome.notes:
         lines += ["", "Unsigned notes (nothing signed says this; never part of the verdict):"]
         lines += [f"  - {_printable(note)}" for note in outcome.notes]

@@ -22,3 +22,5 @@ so that a verifier can tell a bundle rendered otherwise from a tampered one. Bun
 no version were rendered by version 1."""
 RENDERER_PACKAGE: Final = "calibration-runs-views"
 """The key of environment.json `packages` under which the job records RENDERER_VERSION."""
+STATED_REVISION: Final = "revision stated by the protocol's author"
+"""What the report and the crate call a revision read from local files: never confirmed by a hub."""

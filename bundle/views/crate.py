@@ -58,6 +58,7 @@ from bundle.crate_terms import (
     VOLATILE,
 )
 from bundle.layout import data_name
+from bundle.views import STATED_REVISION
 
 SOFTWARE_URL = "https://calibration-runs.example/"
 ORCID_PREFIX = "https://orcid.org/"
@@ -132,7 +133,9 @@ def _input_entities(kind: str, repo: Mapping[str, Any]) -> list[dict[str, Any]]:
     entity: dict[str, Any] = {
         "@id": rid, "@type": CREATIVE_WORK, "name": f"{repo['repo_id']}@{repo['revision']}",
         "description": f"The {kind} read by the run ({repo['repo_type']} repository {repo['repo_id']}, "
-                       f"revision {repo['revision']}, source {repo['source']}).",
+                       f"revision {repo['revision']}, source {repo['source']})."
+                       + (f" The revision is the {STATED_REVISION}; no hub confirmed it."
+                          if repo.get("revision_checked_by_hub") is False else ""),
         "version": repo["revision"], "hasPart": _refs([p["@id"] for p in parts]),
     }
     if hub:

@@ -66,8 +66,11 @@ def _fresh_rc() -> Iterator[None]:
         yield
 
 
-def _reliability_panel(ax: Any, cax: Any, m: dict[str, Any], label: str, color: str) -> None:
-    """Accuracy per bin against the diagonal (ax) and the rows in each bin (cax, below)."""
+def _reliability_panel(ax: Any, cax: Any, m: dict[str, Any], label: str, color: str,
+                       legend_above: bool = True) -> None:
+    """Accuracy per bin against the diagonal (ax) and the rows in each bin (cax, below). The legend
+    sits above the plot, clear of the bars (legend_above); records written before that layout keep
+    theirs inside, lower right, so that their figures are drawn byte for byte as they were."""
     bins = m["bins"]
     lower = np.array([b["lower"] for b in bins])
     upper = np.array([b["upper"] for b in bins])
@@ -89,10 +92,15 @@ def _reliability_panel(ax: Any, cax: Any, m: dict[str, Any], label: str, color: 
     ax.set_ylim(0.0, 1.0)
     ax.set_yticks(np.linspace(0, 1, 6))
     ax.set_ylabel("accuracy")
-    ax.set_title(label)
     ax.text(0.03, 0.97, f"ECE {m['ece']:.4f}\nMCE {m['mce']:.4f}\naccuracy {m['accuracy']:.4f}\n"
             f"n = {m['n']}", transform=ax.transAxes, ha="left", va="top", fontsize=8)
-    ax.legend(loc="lower right", fontsize=7, frameon=False)
+    if legend_above:
+        ax.set_title(label, pad=22)
+        ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, fontsize=7, frameon=False,
+                  borderaxespad=0.2, columnspacing=1.2)
+    else:
+        ax.set_title(label)
+        ax.legend(loc="lower right", fontsize=7, frameon=False)
     ax.tick_params(labelbottom=False)
     cax.bar(lower, counts, width=width, align="edge", color=color, edgecolor="black", linewidth=0.6)
     top = max(int(counts.max()), 1)
@@ -105,19 +113,25 @@ def _reliability_panel(ax: Any, cax: Any, m: dict[str, Any], label: str, color: 
     cax.set_ylabel("rows")
 
 
-def reliability_png(audit: dict[str, Any], temperature: float) -> bytes:
+def reliability_png(audit: dict[str, Any], temperature: float, legend_above: bool = True) -> bytes:
     """Raw and calibrated reliability diagrams side by side, with the rows in each bin below.
 
-    `audit` is metrics.json's pools.audit ({"raw": M, "calibrated": M})."""
+    `audit` is metrics.json's pools.audit ({"raw": M, "calibrated": M}); `legend_above` as in
+    `_reliability_panel`."""
     with _fresh_rc():
-        fig = Figure(figsize=SIZE_RELIABILITY, dpi=DPI)
-        axes = fig.subplots(2, 2, sharex="col", gridspec_kw={"height_ratios": [3, 1]})
-        _reliability_panel(axes[0, 0], axes[1, 0], audit["raw"], "raw (T = 1)", COLORS["raw"])
-        _reliability_panel(axes[0, 1], axes[1, 1], audit["calibrated"],
-                           f"calibrated (T = {temperature:.4f})", COLORS["calibrated"])
-        fig.suptitle("Reliability, audit pool (10 equal-width confidence bins)", fontsize=11)
-        fig.tight_layout()
-        return _png(fig)
+        return _png(reliability_figure(audit, temperature, legend_above))
+
+
+def reliability_figure(audit: dict[str, Any], temperature: float, legend_above: bool = True) -> Figure:
+    """The figure reliability_png draws (call it where the rcParams are RC's, as there)."""
+    fig = Figure(figsize=SIZE_RELIABILITY, dpi=DPI)
+    axes = fig.subplots(2, 2, sharex="col", gridspec_kw={"height_ratios": [3, 1]})
+    _reliability_panel(axes[0, 0], axes[1, 0], audit["raw"], "raw (T = 1)", COLORS["raw"], legend_above)
+    _reliability_panel(axes[0, 1], axes[1, 1], audit["calibrated"],
+                       f"calibrated (T = {temperature:.4f})", COLORS["calibrated"], legend_above)
+    fig.suptitle("Reliability, audit pool (10 equal-width confidence bins)", fontsize=11)
+    fig.tight_layout()
+    return fig
 
 
 def top_confidence(logits: NDArray[np.float64], beta: float) -> NDArray[np.float64]:
@@ -156,7 +170,9 @@ def confidence_png(logits: NDArray[np.float64], beta: float) -> bytes:
 def render_figures(metrics: Mapping[str, Any], audit_logits: NDArray[np.float64]) -> dict[str, bytes]:
     """{path relative to data/: PNG bytes} for every figure, from the parsed metrics.json and the
     audit pool's logits (the float32 values of its predictions file, as float64, in pool order)."""
+    # metrics.json records with `truncation` were written since the legend moved above the plots.
     return {
-        RELIABILITY: reliability_png(metrics["pools"]["audit"], float(metrics["temperature"])),
+        RELIABILITY: reliability_png(metrics["pools"]["audit"], float(metrics["temperature"]),
+                                     legend_above="truncation" in metrics),
         CONFIDENCE: confidence_png(audit_logits, float(metrics["beta"])),
     }

@@ -24,7 +24,7 @@ from typing import Any
 
 from bundle import layout
 from bundle.layout import data_name
-from bundle.views import RENDERER_PACKAGE
+from bundle.views import RENDERER_PACKAGE, STATED_REVISION
 
 JSON_FILES = (layout.PROTOCOL_JSON, layout.RESOURCES_JSON, layout.POOLS_JSON, layout.TEMPERATURE_JSON,
               layout.TRAJECTORY_JSON, layout.METRICS_JSON, layout.ENVIRONMENT_JSON, layout.BOOTSTRAP_JSON,
@@ -156,10 +156,28 @@ def _protocol_paragraph(p: dict[str, Any], sha: str) -> str:
     )
 
 
+def _local_revision_lines(r: dict[str, Any]) -> list[str]:
+    """For resources read from local files: their revisions are only stated, never checked by a hub
+    (resources.json `revision_checked_by_hub` false; records written before the field say nothing)."""
+    local = _stated_only(r)
+    if not local:
+        return []
+    whose = "each revision is a" if len(local) == 2 else "its revision is a"
+    return ["", (f"The {' and '.join(local)} files were read from local files (source local), so {whose} "
+                 f"{STATED_REVISION}, not one a hub confirmed; what was checked is the sha256 of every file.")]
+
+
+def _stated_only(r: dict[str, Any]) -> list[str]:
+    """The resources whose revision no hub checked (resources.json `revision_checked_by_hub` false)."""
+    return [kind for kind in ("model", "dataset") if r[kind].get("revision_checked_by_hub") is False]
+
+
 def _resources_lines(r: dict[str, Any]) -> list[str]:
+    formal = (" (every file is the protocol's pinned file, by sha256)." if _stated_only(r) else
+              " (every file is the protocol's pinned file at the pinned revision).")
     lines = [f"Profile: **{r['profile']}**"
-             + (" (every file is the protocol's pinned file at the pinned revision)." if r["profile"] == "formal"
-                else " (the resources differ from the protocol's pins).")]
+             + (formal if r["profile"] == "formal" else " (the resources differ from the protocol's pins).")]
+    lines += _local_revision_lines(r)
     if r["deviations"]:
         lines += ["", "Deviations from the pins:", ""] + [f"- {d}" for d in r["deviations"]]
     lines += ["", "| resource | repository | revision | source | file | size | sha256 | pin | matches pin |",
@@ -254,6 +272,29 @@ def _limits(docs: Mapping[str, Any]) -> list[str]:
     return [f"- {x}" for x in items]
 
 
+def _warning_lines(m: dict[str, Any]) -> list[str]:
+    """metrics.json's warnings, at the top of the report, when the run's own numbers raise any."""
+    found = m.get("warnings") or []
+    if not found:
+        return []
+    return (["## Warnings", "",
+             ("The run's own numbers say something went wrong (metrics.json, `warnings`). The figures below "
+              "are what the pre-registered run found; read them with these warnings in mind."), ""]
+            + [f"- **WARNING: {w}.**" for w in found] + [""])
+
+
+def _truncation_lines(m: dict[str, Any]) -> list[str]:
+    """Per pool, the rows cut to max_length tokens and the longest row before the cut (metrics.json)."""
+    t = m.get("truncation")
+    if t is None:
+        return []
+    pools = "; ".join(f"{pool} {t[pool]['truncated']} of {t[pool]['rows']} (longest {t[pool]['longest_tokens']} "
+                      "tokens before the cut)" for pool in ("audit", "calibration"))
+    return ["### Truncation", "",
+            (f"Rows longer than {t['audit']['max_length']} tokens are cut to that length before inference "
+             f"(metrics.json, `truncation`): {pools}."), ""]
+
+
 def _label_map_lines(p: dict[str, Any]) -> list[str]:
     """The protocol's label map, when it has one (none for protocols written before the map)."""
     if "label_map" not in p:
@@ -282,6 +323,7 @@ def report_markdown(docs: Mapping[str, Any], protocol_sha256: str, figures: Sequ
                       ("All numbers below are read from this bundle's files; tables marked "
                       "`<!-- table: ... -->` are checked against them by the verifier "
                       "(floats to 6 decimals)."), "",
+                      *_warning_lines(m),
                       "## Question", "", p["question"], "",
                       "## Protocol", "", _protocol_paragraph(p, protocol_sha256), "",
                       "## Resources", ""]
@@ -303,6 +345,7 @@ def report_markdown(docs: Mapping[str, Any], protocol_sha256: str, figures: Sequ
     out += [f"Predicted labels unchanged by the temperature: {cell(bool(m['argmax_unchanged']))}.", "",
             "Calibration pool, the fit pool (not evidence):", ""]
     out += _render_table("metrics-calibration", tables["metrics-calibration"], "metric")
+    out += _truncation_lines(m)
     out += ["### Threshold", "",
             "Rows accepted at top-label probability >= value, and the wrong ones among them.", ""]
     out += _render_table("threshold", tables["threshold"], "pool/probabilities")

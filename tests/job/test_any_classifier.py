@@ -162,6 +162,6 @@ def test_rows_by_row_number_with_label_names_and_pair_hashes(tmp_path):
     assert rows.text_sha256[3] == hashlib.sha256(pair_json).hexdigest()
     with pytest.raises(JobError, match="no column 'premise'"):
         load_rows(tmp_path / "named.csv", spec, DatasetSpec(format="csv", id_column=None, text_column="premise"))
-    with pytest.raises(JobError, match="not among the protocol's labels"):
+    with pytest.raises(JobError, match="not one of the labels"):
         load_rows(tmp_path / "named.csv", {**spec, "labels": ["x", "y"]},
                   DatasetSpec(format="csv", id_column=None, text_column="text"))

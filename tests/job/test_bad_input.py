@@ -68,7 +68,7 @@ def test_hash_mismatch_in_lock(tmp_path, tiny_world, signing_key_dir, capsys):
     (lambda t: t.set_column(0, "idx", pa.array(t.column("idx").to_numpy().astype("int64"))),
      "column 'idx' is int64, expected int32"),
     (lambda t: t.set_column(2, "label", pa.array([5] + t.column("label").to_pylist()[1:], pa.int64())),
-     "label values [5]"),
+     "outside the class indices 0..1 (negative, positive): [5] (idx 0)"),
     (lambda t: t.set_column(0, "idx", pa.array([0] + t.column("idx").to_pylist()[:-1], pa.int32())), "duplicate idx"),
     (lambda t: t.slice(0, t.num_rows - 1), "rows, expected"),
 ])

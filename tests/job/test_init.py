@@ -119,12 +119,13 @@ def test_a_branch_name_is_refused_with_its_commit(hub, tmp_path: Path):
     assert not (tmp_path / "protocol.json").exists()
 
 
-def test_label_names_that_do_not_match_stop_init_with_a_suggested_map(hub, tmp_path: Path):
+def test_unnamed_labels_stop_init_with_both_label_sets_and_no_positional_suggestion(hub, tmp_path: Path):
     endpoint = hub("bert", 3, "csv", False, model_labels=["LABEL_0", "LABEL_1", "LABEL_2"])
     with pytest.raises(JobError) as err:
         init(endpoint, init_args(tmp_path, "bert", False))
     msg = str(err.value)
-    assert "--label-map LABEL_0=entailment,LABEL_1=neutral,LABEL_2=contradiction" in msg and "\n" not in msg
+    assert "['LABEL_0', 'LABEL_1', 'LABEL_2']" in msg and "['entailment', 'neutral', 'contradiction']" in msg
+    assert "LABEL_0=" not in msg and "give the map explicitly" in msg and "\n" not in msg
     assert not (tmp_path / "protocol.json").exists()
     assert init(endpoint, init_args(tmp_path, "bert", False, "--label-map",
                                     "LABEL_0=contradiction,LABEL_1=neutral,LABEL_2=entailment")) == 0

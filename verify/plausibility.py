@@ -1,0 +1,78 @@
+"""metrics.json's `warnings` and `truncation`, derived again from the logits, temperature.json and
+the predictions' token counts (the rule of FORMAT.md "metrics.json", written here on its own)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from bundle import layout
+from verify import numerics
+from verify.context import POOL_NAMES, Context
+from verify.result import Failed
+
+WARNINGS_CHECK = "metrics.warnings"
+
+
+def expected_warnings(accuracy: float, k: int, temperature: dict[str, Any]) -> list[str]:
+    """The warnings a run with this audit accuracy over k classes and this temperature record carries."""
+    out = []
+    chance = 1.0 / k
+    if accuracy < chance:
+        out.append(f"accuracy {accuracy:.1%} is below chance ({chance:.1%}): the label map is probably wrong")
+    if temperature["boundary"]:
+        out.append(f"T = {temperature['temperature']:g} sits at the bound {temperature['boundary_side']} of the "
+                   f"fit interval [{temperature['t_min']:g}, {temperature['t_max']:g}]: no temperature inside "
+                   "it fits, which usually means a wrong label map or a broken model")
+    return out
+
+
+def _has(ctx: Context, key: str) -> bool:
+    """Whether metrics.json holds `key`; True when it could not be read, so that the check reports why."""
+    m = ctx.docs.get(layout.METRICS_JSON)
+    return not isinstance(m, dict) or key in m
+
+
+def has_warnings(ctx: Context) -> bool:
+    return _has(ctx, "warnings")
+
+
+def has_truncation(ctx: Context) -> bool:
+    return _has(ctx, "truncation")
+
+
+def warnings(ctx: Context) -> str:
+    """The warnings are exactly those the audit accuracy (from the logits) and the temperature call for."""
+    m = ctx.doc(layout.METRICS_JSON)
+    k = len(ctx.doc(layout.PROTOCOL_JSON)["resources"]["dataset"]["labels"])
+    audit = ctx.table("audit")
+    accuracy = float((numerics.first_argmax(audit.z) == audit.y).mean())
+    expected = expected_warnings(accuracy, k, ctx.doc(layout.TEMPERATURE_JSON))
+    if m["warnings"] != expected:
+        raise Failed(f"metrics.json warns {m['warnings']!r}, the logits and temperature.json call for "
+                     f"{expected!r}.")
+    if expected:
+        return "WARNING: " + "; WARNING: ".join(expected)
+    return f"none called for: audit accuracy {accuracy:.1%} at or above chance {1 / k:.1%}, T inside the fit interval"
+
+
+def truncation(ctx: Context) -> str:
+    """Each pool's truncation summary restates its predictions' truncated flags and full token counts."""
+    m = ctx.doc(layout.METRICS_JSON)
+    max_length = ctx.doc(layout.PROTOCOL_JSON)["inference"]["max_length"]
+    details = []
+    for pool in POOL_NAMES:
+        data = ctx.table(pool)
+        if data.full_token_count is None:
+            raise Failed(f"metrics.json summarises truncation, but the {pool} predictions have no "
+                         "full_token_count column to check it against.")
+        full = np.asarray(data.full_token_count, dtype=np.int64)
+        expected = {"rows": len(data.y), "truncated": int(np.count_nonzero(data.truncated)),
+                    "longest_tokens": int(full.max()) if len(full) else 0, "max_length": int(max_length)}
+        found = m["truncation"].get(pool)
+        if found != expected:
+            raise Failed(f"metrics.json truncation of {pool} is {found!r}, the predictions give {expected!r}.")
+        details.append(f"{pool} {expected['truncated']} of {expected['rows']} cut (longest "
+                       f"{expected['longest_tokens']} tokens)")
+    return "; ".join(details) + f", at max_length {max_length}"
