@@ -26,7 +26,7 @@ boxes), angle brackets (raw HTML, autolinks, block quotes), pipe (table cells), 
 GitHub references), colon (the scheme of GFM's extended autolinks, emoji shortcodes)."""
 
 LINE_BREAKING: Final = frozenset(
-    [*map(chr, range(0x00, 0x20)), "\x7f", *map(chr, range(0x80, 0xA0)), "\u2028", "\u2029",
+    [*map(chr, range(0x20)), "\x7f", *map(chr, range(0x80, 0xA0)), "\u2028", "\u2029",
      "\u061c", "\u200b", "\u200c", "\u200d", "\u200e", "\u200f", "\u202a", "\u202b", "\u202c",
      "\u202d", "\u202e", "\u2066", "\u2067", "\u2068", "\u2069", "\ufeff"])
 """Characters shown as a visible `\\uXXXX` instead of themselves: C0 and C1 controls (line feed
