@@ -14,7 +14,9 @@ formatted by one rule (`cell`):
 `report_markdown(docs, protocol_sha256, figures)` is the whole document; `expected_tables(docs)`
 the checked tables as {table: {row: {column: cell}}}. Numbers in the prose (trajectory summary,
 bootstrap settings, environment) are read from the records too, and the whole text is compared
-byte for byte by the verifier.
+byte for byte by the verifier. Every string from a record reaches the text through
+`markdown.text` or `markdown.code` (bundle/FORMAT.md "Text from records"), so that it shows as
+its characters and never as Markdown structure.
 """
 
 from __future__ import annotations
