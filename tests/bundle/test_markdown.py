@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from bundle.views.markdown import LINE_BREAKING, code, text
+from bundle.views.markdown import ALWAYS, LINE_BREAKING, code, text
 
 MD = MarkdownIt("gfm-like", {"linkify": False})
 """GFM as markdown-it-py has it (tables, strikethrough); GFM's extended autolinks are checked
@@ -108,6 +108,16 @@ def test_ordinary_strings_are_unchanged(s: str) -> None:
 ])
 def test_structure_is_escaped(s: str, expected: str) -> None:
     assert text(s) == expected
+
+
+@pytest.mark.parametrize("ch", sorted(ALWAYS))
+def test_always_escaped_wherever_it_stands(ch: str) -> None:
+    assert text(f"a{ch}b") == f"a\\{ch}b" and text(f"{ch}") == f"\\{ch}"
+
+
+def test_a_leading_list_number_needs_a_blank_or_the_end() -> None:
+    assert text("1.") == "1\\." and text("2)\tx") == "2\\)\\\\u0009x"
+    assert text("2.13.0+cpu") == "2.13.0+cpu" and text("1234567890. x") == "1234567890. x"
 
 
 def test_code_falls_back_to_text_when_a_span_cannot_hold_the_string() -> None:
