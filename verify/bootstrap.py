@@ -90,21 +90,28 @@ def block_sums(seed: int, resamples: int, n: int, columns: F64, digest: Any) -> 
 def row_terms(z: F64, y: I64, beta: float) -> tuple[F64, F64, F64]:
     """Per-row values whose count-weighted sums give each metric at inverse temperature beta:
     -log p_y, the Brier sum, and an (n, bins) matrix holding correct - confidence in the column
-    of the row's confidence bin."""
+    of the row's confidence bin. The per-class work runs in row blocks (numerics.row_blocks)."""
     n = len(y)
     rows = np.arange(n)
-    lp = numerics.log_probs(z, beta)
-    p = np.exp(lp)
-    onehot = np.zeros_like(p)
-    onehot[rows, y] = 1.0
-    conf = p.max(axis=1)
+    nll = np.empty(n, dtype=np.float64)
+    brier = np.empty(n, dtype=np.float64)
+    conf = np.empty(n, dtype=np.float64)
+    for b in numerics.row_blocks(n, z.shape[1]):
+        lp = numerics.log_probs(z[b], beta)
+        p = np.exp(lp)
+        at = np.arange(len(p))
+        onehot = np.zeros_like(p)
+        onehot[at, y[b]] = 1.0
+        nll[b] = -lp[at, y[b]]
+        brier[b] = ((p - onehot) ** 2).sum(axis=1)
+        conf[b] = p.max(axis=1)
     correct = (numerics.first_argmax(z) == y).astype(np.float64)
     bins = numerics.bin_index(conf)
     if (bins < 0).any():
         raise ValueError("a confidence fell outside [0, 1]")
     member = np.zeros((n, numerics.N_BINS))
     member[rows, bins] = 1.0
-    return -lp[rows, y], ((p - onehot) ** 2).sum(axis=1), member * (correct - conf)[:, None]
+    return nll, brier, member * (correct - conf)[:, None]
 
 
 def scored(terms: tuple[F64, F64, F64], counts: F64) -> dict[str, F64]:

@@ -70,8 +70,9 @@ def argmax(ctx: Context) -> str:
     changed = 0
     for pool in POOL_NAMES:
         data = ctx.table(pool)
-        scaled = numerics.first_argmax(numerics.probabilities(data.z, t["beta"]))
-        changed += int((scaled != numerics.first_argmax(data.z)).sum())
+        for b in numerics.row_blocks(len(data.z), data.z.shape[1]):
+            scaled = numerics.first_argmax(numerics.probabilities(data.z[b], t["beta"]))
+            changed += int((scaled != numerics.first_argmax(data.z[b])).sum())
     if m["argmax_unchanged"] != (changed == 0):
         raise Failed(f"argmax_unchanged is {m['argmax_unchanged']}, but the temperature "
                      f"changes {changed} predictions.")

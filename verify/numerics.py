@@ -5,7 +5,8 @@ table by explicit comparisons with the edges k/10, everything in float64."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Final
 
 import numpy as np
 from numpy.typing import NDArray
@@ -14,10 +15,25 @@ F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]
 
 N_BINS = 10
+BLOCK_CELLS: Final = 1 << 20
+"""Logits (rows x classes) handled at once: every function here that computes per class works on
+row blocks of about this many cells, so its temporaries take a few times 8 MB whatever the
+pool's size (100,000 rows or 1,000 classes: FORMAT.md, "Limits"). Each row is computed exactly
+as it would be alone, so blocking changes no per-row value; the means are taken over the
+per-row values as before."""
+
+
+def row_blocks(n: int, k: int, cells: int | None = None) -> Iterator[slice]:
+    """Consecutive row slices covering 0..n, each of at most max(1, cells // k) rows (cells:
+    BLOCK_CELLS unless given)."""
+    step = max(1, (BLOCK_CELLS if cells is None else cells) // max(k, 1))
+    for start in range(0, n, step):
+        yield slice(start, min(n, start + step))
 
 
 def log_probs(z: F64, beta: float) -> F64:
-    """log softmax(beta * z) row by row, with the row maximum subtracted before exp."""
+    """log softmax(beta * z) row by row, with the row maximum subtracted before exp. Its
+    temporaries are the size of z: pass a row block (row_blocks) of a large pool."""
     s = z * beta
     top = s.max(axis=1, keepdims=True)
     lse = top + np.log(np.exp(s - top).sum(axis=1, keepdims=True))
@@ -25,6 +41,7 @@ def log_probs(z: F64, beta: float) -> F64:
 
 
 def probabilities(z: F64, beta: float) -> F64:
+    """softmax(beta * z) of a row block (see log_probs)."""
     return np.asarray(np.exp(log_probs(z, beta)), dtype=np.float64)
 
 
@@ -33,32 +50,61 @@ def first_argmax(z: F64) -> I64:
     return np.asarray(np.argmax(z, axis=1), dtype=np.int64)
 
 
+def _per_row(z: F64, fn: Callable[[slice], F64]) -> F64:
+    """fn(block) -> one value per row, over the row blocks of z, as one array of len(z)."""
+    out = np.empty(len(z), dtype=np.float64)
+    for b in row_blocks(len(z), z.shape[1]):
+        out[b] = fn(b)
+    return out
+
+
+def nll_rows(z: F64, y: I64, beta: float) -> F64:
+    """-log p_y of every row at inverse temperature beta."""
+    def block(b: slice) -> F64:
+        lp = log_probs(z[b], beta)
+        return np.asarray(-lp[np.arange(len(lp)), y[b]], dtype=np.float64)
+
+    return _per_row(z, block)
+
+
 def mean_nll(z: F64, y: I64, beta: float) -> float:
-    lp = log_probs(z, beta)
-    return float(-lp[np.arange(len(y)), y].mean())
+    return float(nll_rows(z, y, beta).mean())
 
 
 def gradient(z: F64, y: I64, beta: float) -> float:
     """g(beta) = d/dbeta mean NLL = mean_i (E_p[z_i] - z_i,y)."""
-    p = probabilities(z, beta)
-    return float(((p * z).sum(axis=1) - z[np.arange(len(y)), y]).mean())
+    def block(b: slice) -> F64:
+        zb = z[b]
+        p = probabilities(zb, beta)
+        return np.asarray((p * zb).sum(axis=1) - zb[np.arange(len(zb)), y[b]], dtype=np.float64)
+
+    return float(_per_row(z, block).mean())
 
 
 def gradients(z: F64, y: I64, betas: F64) -> F64:
-    """g at many betas at once (for checking a trajectory)."""
-    s = betas[:, None, None] * z[None, :, :]
-    top = s.max(axis=2, keepdims=True)
-    e = np.exp(s - top)
-    p = e / e.sum(axis=2, keepdims=True)
-    expected = (p * z[None, :, :]).sum(axis=2)
-    return np.asarray((expected - z[np.arange(len(y)), y][None, :]).mean(axis=1), dtype=np.float64)
+    """g at many betas (for checking a trajectory), one beta and one row block at a time."""
+    def at(beta: float) -> float:
+        def block(b: slice) -> F64:
+            zb = z[b]
+            s = beta * zb
+            e = np.exp(s - s.max(axis=1, keepdims=True))
+            p = e / e.sum(axis=1, keepdims=True)
+            return np.asarray((p * zb).sum(axis=1) - zb[np.arange(len(zb)), y[b]], dtype=np.float64)
+
+        return float(_per_row(z, block).mean())
+
+    return np.array([at(float(beta)) for beta in betas], dtype=np.float64)
 
 
 def curvature(z: F64, beta: float) -> float:
     """g'(beta) = mean_i Var_p(z_i) >= 0."""
-    p = probabilities(z, beta)
-    mean = (p * z).sum(axis=1, keepdims=True)
-    return float((p * (z - mean) ** 2).sum(axis=1).mean())
+    def block(b: slice) -> F64:
+        zb = z[b]
+        p = probabilities(zb, beta)
+        mean = (p * zb).sum(axis=1, keepdims=True)
+        return np.asarray((p * (zb - mean) ** 2).sum(axis=1), dtype=np.float64)
+
+    return float(_per_row(z, block).mean())
 
 
 def bin_edges() -> list[float]:
@@ -80,16 +126,23 @@ def bin_index(conf: F64) -> NDArray[np.intp]:
 
 
 def metric_set(z: F64, y: I64, beta: float, threshold: float) -> dict[str, Any]:
-    """The metrics.json `M` object for logits z, labels y and inverse temperature beta."""
+    """The metrics.json `M` object for logits z, labels y and inverse temperature beta (per-row
+    terms computed in row blocks)."""
     n = len(y)
-    rows = np.arange(n)
-    lp = log_probs(z, beta)
-    p = np.exp(lp)
+    nll = np.empty(n, dtype=np.float64)
+    conf = np.empty(n, dtype=np.float64)
+    brier = np.empty(n, dtype=np.float64)
+    for blk in row_blocks(n, z.shape[1]):
+        lp = log_probs(z[blk], beta)
+        p = np.exp(lp)
+        rows = np.arange(len(p))
+        onehot = np.zeros_like(p)
+        onehot[rows, y[blk]] = 1.0
+        nll[blk] = -lp[rows, y[blk]]
+        conf[blk] = p.max(axis=1)
+        brier[blk] = ((p - onehot) ** 2).sum(axis=1)
     pred = first_argmax(z)
     correct_mask = pred == y
-    conf = p.max(axis=1)
-    onehot = np.zeros_like(p)
-    onehot[rows, y] = 1.0
     edges = bin_edges()
     bins: list[dict[str, Any]] = []
     ece = 0.0
@@ -122,8 +175,8 @@ def metric_set(z: F64, y: I64, beta: float, threshold: float) -> dict[str, Any]:
         "correct": int(correct_mask.sum()),
         "accuracy": float(correct_mask.sum()) / n,
         "mean_confidence": float(conf.sum()) / n,
-        "nll": float(-lp[rows, y].sum()) / n,
-        "brier": float(((p - onehot) ** 2).sum()) / n,
+        "nll": float(nll.sum()) / n,
+        "brier": float(brier.sum()) / n,
         "ece": ece,
         "mce": max(gaps) if gaps else 0.0,
         "bins": bins,

@@ -113,13 +113,14 @@ def check_rows(pool: PoolData, entries: list[dict[str, Any]]) -> str:
 
 def check_probabilities(pool: PoolData, tol: float) -> str:
     path = f"data/predictions/{pool.name}.parquet"
-    p = numerics.probabilities(pool.z, 1.0)
-    err = np.abs(p - pool.prob)
-    if not (err <= tol).all():
-        row, col = np.unravel_index(int(np.argmax(np.where(np.isnan(err), np.inf, err))),
-                                    err.shape)
-        raise Failed(f"{path} row {row} prob_{col} is {pool.prob[row, col]!r}, softmax of the "
-                     f"logits gives {p[row, col]!r}.")
+    for b in numerics.row_blocks(len(pool.z), pool.z.shape[1]):
+        p = numerics.probabilities(pool.z[b], 1.0)
+        err = np.abs(p - pool.prob[b])
+        if not (err <= tol).all():
+            row, col = np.unravel_index(int(np.argmax(np.where(np.isnan(err), np.inf, err))),
+                                        err.shape)
+            raise Failed(f"{path} row {b.start + row} prob_{col} is {pool.prob[b][row, col]!r}, "
+                         f"softmax of the logits gives {p[row, col]!r}.")
     pred = numerics.first_argmax(pool.z)
     bad = np.nonzero(pred != pool.pred)[0]
     if len(bad):

@@ -10,7 +10,8 @@ stability.json by the format's one rule:
     int              str(x); a change of two ints format(cal - raw, "+d")
     bool             "yes" | "no"
     null             "n/a"
-    str              as is
+    str              the string made inert for Markdown (bundle.views.markdown.text: unchanged
+                     unless it could make structure)
 
 A table is the line `<!-- table: NAME -->`, a header row, a separator row, then rows up to the
 first line that does not start with `|`; cells are split on `|` and stripped; the first cell of
@@ -26,6 +27,7 @@ import re
 from typing import Any
 
 from bundle import layout
+from bundle.views.markdown import text as markdown_text
 from bundle.views.report import JSON_FILES, report_markdown
 from verify import renderer
 from verify.context import Context
@@ -64,7 +66,7 @@ def fmt(value: Any) -> str:
     if type(value) is float:
         return format(value, ".6f")
     if type(value) is str:
-        return value
+        return markdown_text(value)
     raise Failed(f"a record holds {type(value).__name__} {str(value)[:40]!r} where the report "
                  "needs a number, a flag, null or a string.")
 
@@ -92,7 +94,7 @@ def required_tables(metrics: dict[str, Any], temperature: dict[str, Any], pools:
     """{table name: {row key: {column: cell}}} that report.md must hold, from the records."""
     audit = metrics["pools"]["audit"]
     tables: dict[str, Table] = {
-        "pools": {name: {"size": fmt(size)} for name, size in pools["sizes"].items()},
+        "pools": {markdown_text(name): {"size": fmt(size)} for name, size in pools["sizes"].items()},
         "temperature": {row: {"value": fmt(temperature[row])} for row in TEMPERATURE_ROWS},
         "metrics-audit": _metric_rows(audit),
         "metrics-calibration": _metric_rows(metrics["pools"]["calibration"]),
@@ -110,7 +112,7 @@ def required_tables(metrics: dict[str, Any], temperature: dict[str, Any], pools:
                 row[f"{kind}_{c}"] = fmt(audit[kind]["bins"][b][c])
         tables["bins-audit"][str(b)] = row
     if bootstrap is not None:
-        tables["bootstrap"] = {metric: {c: fmt(d[c]) for c in BOOTSTRAP_COLUMNS}
+        tables["bootstrap"] = {markdown_text(metric): {c: fmt(d[c]) for c in BOOTSTRAP_COLUMNS}
                                for metric, d in bootstrap["differences"].items()}
     if stability is not None:
         rows: Table = {str(e["m"]): {c: fmt(e[c]) for c in STABILITY_COLUMNS}

@@ -34,6 +34,8 @@ DPI = 100
 SIZE_RELIABILITY = (9.0, 5.4)
 SIZE_CONFIDENCE = (6.4, 4.0)
 HIST_BINS = 20
+BLOCK_CELLS = 1 << 20
+"""Logits handled at once by top_confidence (8 MB of float64 per temporary)."""
 RC: dict[str, Any] = {
     "font.family": "DejaVu Sans",
     "font.size": 9.0,
@@ -138,11 +140,17 @@ def top_confidence(logits: NDArray[np.float64], beta: float) -> NDArray[np.float
     """Probability of the first-argmax label under softmax(beta * logits), float64.
 
     The softmax is written out here, operation for operation as the job's fit computes it (max
-    shift, exp, sum, log, exp): a last-bit difference may move a row across a histogram edge."""
-    z = beta * logits
-    shifted = z - z.max(axis=1, keepdims=True)
-    p = np.exp(shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True)))
-    top: NDArray[np.float64] = p[np.arange(len(p)), logits.argmax(axis=1)]
+    shift, exp, sum, log, exp): a last-bit difference may move a row across a histogram edge. It
+    runs in blocks of about BLOCK_CELLS logits, so its temporaries stay small for any pool; each
+    row is computed exactly as it would be alone."""
+    top: NDArray[np.float64] = np.empty(len(logits), dtype=np.float64)
+    step = max(1, BLOCK_CELLS // max(logits.shape[1], 1))
+    for start in range(0, len(logits), step):
+        block = logits[start:start + step]
+        z = beta * block
+        shifted = z - z.max(axis=1, keepdims=True)
+        p = np.exp(shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True)))
+        top[start:start + step] = p[np.arange(len(p)), block.argmax(axis=1)]
     return top
 
 

@@ -9,12 +9,14 @@ formatted by one rule (`cell`):
     int              str(x)                     change: format(cal - raw, "+d")
     bool             "yes" | "no"
     null             "n/a"
-    str              as is
+    str              markdown.text(x): unchanged unless it could make Markdown structure
 
 `report_markdown(docs, protocol_sha256, figures)` is the whole document; `expected_tables(docs)`
 the checked tables as {table: {row: {column: cell}}}. Numbers in the prose (trajectory summary,
 bootstrap settings, environment) are read from the records too, and the whole text is compared
-byte for byte by the verifier.
+byte for byte by the verifier. Every string from a record reaches the text through
+`markdown.text` or `markdown.code` (bundle/FORMAT.md "Text from records"), so that it shows as
+its characters and never as Markdown structure.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 from bundle import layout
 from bundle.layout import data_name
 from bundle.views import RENDERER_PACKAGE, STATED_REVISION
+from bundle.views.markdown import code, text
 
 JSON_FILES = (layout.PROTOCOL_JSON, layout.RESOURCES_JSON, layout.POOLS_JSON, layout.TEMPERATURE_JSON,
               layout.TRAJECTORY_JSON, layout.METRICS_JSON, layout.ENVIRONMENT_JSON, layout.BOOTSTRAP_JSON,
@@ -53,7 +56,7 @@ def cell(x: Any) -> str:
     if isinstance(x, float):
         return format(x, ".6f")
     if isinstance(x, str):
-        return x
+        return text(x)
     raise TypeError(f"no table format for {type(x).__name__}")
 
 
@@ -81,7 +84,7 @@ def expected_tables(docs: Mapping[str, Any]) -> Tables:
     """{table: {row: {column: cell}}} from the parsed JSON files (keys as in JSON_FILES)."""
     t, m, pools = docs[layout.TEMPERATURE_JSON], docs[layout.METRICS_JSON], docs[layout.POOLS_JSON]
     out: Tables = {
-        "pools": {name: {"size": cell(pools["sizes"][name])} for name in pools["sizes"]},
+        "pools": {text(name): {"size": cell(pools["sizes"][name])} for name in pools["sizes"]},
         "temperature": {k: {"value": cell(t[k])} for k in
                         ("temperature", "beta", "t_min", "t_max", "steps", "boundary", "nll_before",
                          "nll_after")},
@@ -110,7 +113,7 @@ def expected_tables(docs: Mapping[str, Any]) -> Tables:
 
 
 def _bootstrap_table(b: dict[str, Any]) -> dict[str, dict[str, str]]:
-    return {k: {c: cell(v[c]) for c in ("point", "lower", "upper", "verdict")}
+    return {text(k): {c: cell(v[c]) for c in ("point", "lower", "upper", "verdict")}
             for k, v in b["differences"].items()}
 
 
@@ -132,25 +135,31 @@ def _render_table(name: str, rows: dict[str, dict[str, str]], key: str) -> list[
 # --- the document ---------------------------------------------------------------------------
 
 def _short(h: str | None) -> str:
-    return "n/a" if h is None else f"`{h}`"
+    return "n/a" if h is None else code(h)
+
+
+def _optional(x: Any) -> str:
+    """A record value shown in prose: a string as Markdown text, anything else (a number, a flag,
+    null) as Python writes it."""
+    return text(x) if isinstance(x, str) else str(x)
 
 
 def _protocol_paragraph(p: dict[str, Any], sha: str) -> str:
     inf, fit, met = p["inference"], p["fit"], p["metrics"]
-    pools = ", ".join(f"{x['name']} {x['size']}" for x in p["split"]["pools"])
+    pools = ", ".join(f"{text(x['name'])} {x['size']}" for x in p["split"]["pools"])
     res = p["resources"]
     return (
-        f"The protocol `{p['name']}` (protocol.json, sha256 `{sha}`) was fixed before the run. "
-        f"It pins the model `{res['model']['repo_id']}` at revision `{res['model']['revision']}` and "
-        f"the dataset `{res['dataset']['repo_id']}` at revision `{res['dataset']['revision']}`. "
-        f"Rows are ordered by the sha256 of `{p['split']['prefix']}` + idx and cut, in that order, "
-        f"into the pools {pools}. Inference runs on {inf['device']} in {inf['dtype']}, "
+        f"The protocol {code(p['name'])} (protocol.json, sha256 `{sha}`) was fixed before the run. "
+        f"It pins the model {code(res['model']['repo_id'])} at revision {code(res['model']['revision'])} and "
+        f"the dataset {code(res['dataset']['repo_id'])} at revision {code(res['dataset']['revision'])}. "
+        f"Rows are ordered by the sha256 of {code(p['split']['prefix'])} + idx and cut, in that order, "
+        f"into the pools {pools}. Inference runs on {text(inf['device'])} in {text(inf['dtype'])}, "
         f"batches of {inf['batch_size']}, at most {inf['max_length']} tokens, "
         f"{inf['torch_threads']} torch threads, deterministic algorithms "
         f"{'on' if inf['deterministic_algorithms'] else 'off'}. One temperature is fitted on the "
-        f"{fit['pool']} pool by {fit['steps']} bisection steps on beta = 1/T over "
-        f"T in [{fit['t_min']}, {fit['t_max']}], written and frozen before the {met['pool']} pool is "
-        f"run. Metrics on the {met['pool']} pool are the evidence: accuracy, NLL, Brier score, "
+        f"{text(fit['pool'])} pool by {fit['steps']} bisection steps on beta = 1/T over "
+        f"T in [{fit['t_min']}, {fit['t_max']}], written and frozen before the {text(met['pool'])} pool is "
+        f"run. Metrics on the {text(met['pool'])} pool are the evidence: accuracy, NLL, Brier score, "
         f"ECE and MCE over {met['ece']['bins']} equal-width confidence bins, and the rows accepted "
         f"at top-label probability >= {met['threshold']['value']}."
     )
@@ -175,18 +184,18 @@ def _stated_only(r: dict[str, Any]) -> list[str]:
 def _resources_lines(r: dict[str, Any]) -> list[str]:
     formal = (" (every file is the protocol's pinned file, by sha256)." if _stated_only(r) else
               " (every file is the protocol's pinned file at the pinned revision).")
-    lines = [f"Profile: **{r['profile']}**"
+    lines = [f"Profile: **{text(r['profile'])}**"
              + (formal if r["profile"] == "formal" else " (the resources differ from the protocol's pins).")]
     lines += _local_revision_lines(r)
     if r["deviations"]:
-        lines += ["", "Deviations from the pins:", ""] + [f"- {d}" for d in r["deviations"]]
+        lines += ["", "Deviations from the pins:", ""] + [f"- {text(d)}" for d in r["deviations"]]
     lines += ["", "| resource | repository | revision | source | file | size | sha256 | pin | matches pin |",
               "|---|---|---|---|---|---:|---|---|---|"]
     for kind in ("model", "dataset"):
         repo = r[kind]
         for f in repo["files"]:
-            lines.append(f"| {kind} | `{repo['repo_id']}` | `{repo['revision']}` | {repo['source']} | "
-                         f"`{f['path']}` | {f['size']} | `{f['sha256']}` | {f['pin']} | "
+            lines.append(f"| {kind} | {code(repo['repo_id'])} | {code(repo['revision'])} | {text(repo['source'])} | "
+                         f"{code(f['path'])} | {f['size']} | {code(f['sha256'])} | {text(f['pin'])} | "
                          f"{cell(bool(f['matches_pin']))} |")
     return lines
 
@@ -196,7 +205,7 @@ def _trajectory_lines(t: dict[str, Any], traj: dict[str, Any]) -> list[str]:
         side = t["boundary_side"]
         return [(f"The NLL derivative g(beta) did not change sign on [1/t_max, 1/t_min] "
                 f"(g at 1/t_max: {traj['g_at_beta_min']:.6e}, at 1/t_min: {traj['g_at_beta_max']:.6e}); "
-                f"the boundary `{side}` was taken and flagged. No bisection steps were run.")]
+                f"the boundary {code(side)} was taken and flagged. No bisection steps were run.")]
     lo, hi = t["bracket"]
     return [(f"Bisection on beta: g(1/t_max) = {traj['g_at_beta_min']:.6e} < 0 < g(1/t_min) = "
             f"{traj['g_at_beta_max']:.6e}; {len(traj['steps'])} steps (trajectory.json) narrowed the "
@@ -204,13 +213,13 @@ def _trajectory_lines(t: dict[str, Any], traj: dict[str, Any]) -> list[str]:
 
 
 def _environment_lines(e: dict[str, Any]) -> list[str]:
-    lines = [f"- Python {e['python']} ({e['implementation']}) on {e['platform']}",
-             f"- CPU: {e['cpu_model']}, {e['logical_cores']} logical cores",
+    lines = [f"- Python {text(e['python'])} ({text(e['implementation'])}) on {text(e['platform'])}",
+             f"- CPU: {_optional(e['cpu_model'])}, {e['logical_cores']} logical cores",
              f"- Container image: {_short(e['image'])}",
              f"- Project commit: {_short(e['git_commit'])}",
-             "- Torch settings: " + ", ".join(f"{k} {v}" for k, v in sorted(e["torch"].items())
+             "- Torch settings: " + ", ".join(f"{text(k)} {_optional(v)}" for k, v in sorted(e["torch"].items())
                                                if isinstance(v, (str, int, float, bool)) or v is None),
-             "- Packages: " + ", ".join(f"{k} {v}" for k, v in sorted(e["packages"].items())
+             "- Packages: " + ", ".join(f"{text(k)} {_optional(v)}" for k, v in sorted(e["packages"].items())
                                         if v is not None and k != RENDERER_PACKAGE)]
     return lines + ["", "Wall times and peak memory vary between runs; they are in environment.json."]
 
@@ -280,7 +289,7 @@ def _warning_lines(m: dict[str, Any]) -> list[str]:
     return (["## Warnings", "",
              ("The run's own numbers say something went wrong (metrics.json, `warnings`). The figures below "
               "are what the pre-registered run found; read them with these warnings in mind."), ""]
-            + [f"- **WARNING: {w}.**" for w in found] + [""])
+            + [f"- **WARNING: {text(w)}.**" for w in found] + [""])
 
 
 def _truncation_lines(m: dict[str, Any]) -> list[str]:
@@ -309,7 +318,8 @@ def _label_map_lines(p: dict[str, Any]) -> list[str]:
              "| model index | model label | dataset label | stored as |", "|---:|---|---|---|"]
     for pair in sorted(lm["pairs"], key=lambda x: x["model_index"]):
         j = labels.index(pair["dataset_label"])
-        lines.append(f"| {pair['model_index']} | {pair['model_label']} | {pair['dataset_label']} | `logit_{j}` |")
+        lines.append(f"| {pair['model_index']} | {text(pair['model_label'])} | {text(pair['dataset_label'])} | "
+                     f"`logit_{j}` |")
     return lines + [""]
 
 
@@ -319,12 +329,12 @@ def report_markdown(docs: Mapping[str, Any], protocol_sha256: str, figures: Sequ
     (names inside data/; FIGURE_FILES that are not among them are not shown)."""
     tables = expected_tables(docs)
     p, t, m = docs[layout.PROTOCOL_JSON], docs[layout.TEMPERATURE_JSON], docs[layout.METRICS_JSON]
-    out: list[str] = [f"# Calibration run: {p['name']}", "",
+    out: list[str] = [f"# Calibration run: {text(p['name'])}", "",
                       ("All numbers below are read from this bundle's files; tables marked "
                       "`<!-- table: ... -->` are checked against them by the verifier "
                       "(floats to 6 decimals)."), "",
                       *_warning_lines(m),
-                      "## Question", "", p["question"], "",
+                      "## Question", "", text(p["question"]), "",
                       "## Protocol", "", _protocol_paragraph(p, protocol_sha256), "",
                       "## Resources", ""]
     out += _resources_lines(docs[layout.RESOURCES_JSON]) + [""]

@@ -24,6 +24,7 @@ ALLOWED_FROM_BUNDLE = {
     ("bundle.views", "RENDERER_VERSION"),
     ("bundle.views.report", "JSON_FILES"),
     ("bundle.views.report", "report_markdown"),
+    ("bundle.views.markdown", "text"),
     ("bundle.views.figures", "render_figures"),
     ("bundle.views.crate", "crate_bytes"),
 }
@@ -31,7 +32,8 @@ ALLOWED_FROM_BUNDLE = {
 fingerprint, where the schemas live; and the renderers of the views (bundle.views), which lay
 out records the verifier has checked with its own code, so that it can require the bundle's
 report, figures and crate to be exactly their rendering (verify/README.md, "One reader of the
-format"). Everything else verify/ re-derives. The name modules
+format"), and the rule that makes record text inert in Markdown (bundle/FORMAT.md, "Text from
+records"), which the checked tables' string cells follow. Everything else verify/ re-derives. The name modules
 (`bundle.layout`, `bundle.crate_terms`) are definitions through and through: any name of theirs
 may be imported."""
 NAME_MODULES = {"bundle.layout", "bundle.crate_terms"}
