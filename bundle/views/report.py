@@ -289,7 +289,9 @@ def _warning_lines(m: dict[str, Any]) -> list[str]:
     return (["## Warnings", "",
              ("The run's own numbers say something went wrong (metrics.json, `warnings`). The figures below "
               "are what the pre-registered run found; read them with these warnings in mind."), ""]
-            + [f"- **WARNING: {text(w)}.**" for w in found] + [""])
+            # Not escaped: each warning is a fixed sentence with numbers that the verifier recomputes
+            # (metrics.warnings), never text a signer chose.
+            + [f"- **WARNING: {w}.**" for w in found] + [""])
 
 
 def _truncation_lines(m: dict[str, Any]) -> list[str]:
