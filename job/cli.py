@@ -46,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="Ed25519 private key (PKCS#8 PEM); passphrase from CALIBRATION_KEY_PASSPHRASE")
     key.add_argument("--ephemeral-key", action="store_true", help="sign with a throwaway key written beside --out")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument("--threads", type=int, metavar="N",
+                     help="torch threads, at most the protocol's torch_threads (default: the physical cores "
+                          "this process may run on, up to that bound); the logits do not depend on it")
     run.add_argument("--license", default=DEFAULT_LICENSE, metavar="URL",
                      help=f"licence of the bundle's files, an SPDX URL (default: {DEFAULT_LICENSE})")
     run.add_argument("--publisher", default=DEFAULT_PUBLISHER, metavar="'NAME <URL>'",
@@ -92,7 +95,7 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
     """The typed options of `run`; the namespace goes no further than this module."""
     from job.run import RunOptions
     return RunOptions(out=args.out, signing_key=args.signing_key, ephemeral_key=args.ephemeral_key,
-                      progress=not args.no_progress,
+                      progress=not args.no_progress, threads=args.threads,
                       publication=Publication(
                           license=args.license, publisher=Party.parse("--publisher", args.publisher),
                           authors=tuple(Party.parse("--author", a) for a in args.author),

@@ -110,7 +110,8 @@ class _Timed:
 
 
 def environment_record(torch_info: dict[str, Any], clock: StageClock, peak_rss_mb: float,
-                       forward_check: dict[str, Any] | None = None) -> dict[str, Any]:
+                       forward_check: dict[str, Any] | None = None,
+                       threads: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything about where and how the run happened; varies between machines and runs.
 
     forward_check: job.forward_check's record when the packed forward ran (omitted otherwise): the
@@ -136,4 +137,6 @@ def environment_record(torch_info: dict[str, Any], clock: StageClock, peak_rss_m
     }
     if forward_check is not None:
         record["forward_check"] = forward_check
+    if threads is not None:  # job.runtime.ThreadChoice: the count torch ran with, and why
+        record["threads"] = threads
     return record

@@ -176,16 +176,17 @@ def stage(protocol: Protocol, name: str, consumed: dict[str, str], produced: dic
 
 def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: bool = True, *,
             signer_fingerprint: str | None = None, date_published: str | None = None,
-            publication: Publication | None = None) -> RunResult:
+            publication: Publication | None = None, threads: int | None = None) -> RunResult:
     """Run every stage into data_dir and return the records written. Signing and publishing happen elsewhere.
 
     signer_fingerprint: the key that will sign the bundle (recorded in ro-crate-metadata.json);
     date_published: the crate's datePublished (default bundle.bag.bagging_date());
-    publication: the crate's licence, publisher and authors (default job.rocrate.Publication())."""
+    publication: the crate's licence, publisher and authors (default job.rocrate.Publication());
+    threads: torch threads, within the protocol's torch_threads (default: job.runtime.ThreadChoice's)."""
     art = Artifacts(data_dir)
     clock = StageClock()
     stages: list[dict[str, Any]] = []
-    s = Settings.from_protocol(protocol.inference)
+    s = Settings.from_protocol(protocol.inference, threads)
     cal_pred, audit_pred = layout.PREDICTIONS[CAL], layout.PREDICTIONS[AUDIT]
     arrow_pool = use_system_arrow_pool()  # before the first table is read
     with PeakRss() as rss:
@@ -259,7 +260,9 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
                 stability = stability_record(protocol.stability, protocol.fit, protocol.sha256, data_dir)
                 art.write_json(layout.STABILITY_JSON, stability)
         art.write_json(layout.STAGES_JSON, {"protocol_sha256": protocol.sha256, "stages": stages})
-    art.write_json(layout.ENVIRONMENT_JSON, environment_record(torch_info, clock, rss.mb, forward_check))
+    thread_record = None if s.thread_choice is None else s.thread_choice.record()
+    art.write_json(layout.ENVIRONMENT_JSON,
+                   environment_record(torch_info, clock, rss.mb, forward_check, thread_record))
     # Views derived from the files above only: figures, the report, then the crate (last: it hashes all).
     for rel, png in render_figures(data_dir).items():
         art.write_bytes(f"{layout.DATA_DIR}/{rel}", png)

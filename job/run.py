@@ -17,6 +17,7 @@ from job.pipeline import RunResult, execute
 from job.protocol import Protocol
 from job.resources import Resources
 from job.rocrate import Publication
+from job.runtime import ThreadChoice
 from job.summary import summary
 
 
@@ -31,6 +32,7 @@ class RunOptions:
     signing_key: Path | None = None  # Ed25519 private key (PKCS#8 PEM)
     ephemeral_key: bool = False  # sign with a throwaway key written beside `out`
     progress: bool = True
+    threads: int | None = None  # torch threads (--threads); None: job.runtime.ThreadChoice's default
     publication: Publication = field(default_factory=Publication)  # licence, publisher, authors
 
     def __post_init__(self) -> None:
@@ -59,6 +61,7 @@ def run_to_bundle(options: RunOptions, protocol: Protocol, resources: Resources)
     """Run, then seal the bundle at options.out; nothing appears there unless it is complete and signed."""
     if options.out.exists():
         raise JobError(f"Output directory {options.out} already exists; choose a new --out or remove it.")
+    ThreadChoice.choose(int(protocol.inference["torch_threads"]), options.threads)  # a bad --threads: nothing written
     if resources.profile != "formal":
         print("note: resources differ from the protocol's pins; the bundle is labelled profile "
               "'other':" + "".join(f"\n  - {d}" for d in resources.deviations), file=sys.stderr)
@@ -83,7 +86,7 @@ def _run_and_seal(options: RunOptions, protocol: Protocol, resources: Resources,
     with assembling(options.out) as staging:
         result = execute(protocol, resources, staging / layout.DATA_DIR, progress=options.progress,
                          signer_fingerprint=fingerprint(key), date_published=date,
-                         publication=options.publication)
+                         publication=options.publication, threads=options.threads)
         seal(staging, description=f"Temperature-scaling calibration run under protocol {protocol.sha256[:16]} "
              f"({protocol.doc['name']}), profile {resources.profile}.",
              protocol_sha256=protocol.sha256, profile=resources.profile,

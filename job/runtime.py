@@ -3,11 +3,81 @@
 from __future__ import annotations
 
 import contextlib
+import math
+import os
 import sys
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from job.errors import JobError
+
+SYS_CPU = Path("/sys/devices/system/cpu")
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+
+
+def usable_cpus() -> list[int]:
+    """The logical CPUs this process may run on (its affinity mask; all of them where there is none)."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def physical_cores(cpus: Iterable[int], sys_cpu: Path = SYS_CPU) -> int:
+    """How many physical cores the logical CPUs `cpus` span: hyperthreads of one core share its
+    `thread_siblings_list`. Where the kernel shows no topology, each logical CPU counts as a core."""
+    cpus = list(cpus)
+    try:
+        cores = {(sys_cpu / f"cpu{c}" / "topology" / "thread_siblings_list").read_text().strip() for c in cpus}
+    except OSError:
+        return max(1, len(cpus))
+    return max(1, len(cores))
+
+
+def cpu_quota(cpu_max: Path = CGROUP_CPU_MAX) -> int | None:
+    """The cgroup v2 CPU bandwidth limit in whole CPUs, rounded up (a container's --cpus); None when unlimited."""
+    try:
+        quota, period = cpu_max.read_text().split()[:2]
+    except (OSError, ValueError):
+        return None
+    if quota == "max":
+        return None
+    return max(1, math.ceil(int(quota) / int(period)))
+
+
+@dataclass(frozen=True)
+class ThreadChoice:
+    """How many torch threads a run uses and why, as data/environment.json records it (threads).
+
+    The protocol's torch_threads is an upper bound, not the count: the packed forward's logits are
+    bit-identical at 1 to 4 threads (docs/PERFORMANCE.md), and more threads than cores only slow
+    a run down (a formal run on 2 cores took 233-239 s at 4 threads against 18-20 s at 2)."""
+
+    used: int
+    chosen_by: str  # "--threads" or "physical cores"
+    protocol_bound: int
+    physical_cores: int
+    cpu_quota: int | None
+
+    def record(self) -> dict[str, Any]:
+        """environment.json's `threads`."""
+        return asdict(self)
+
+    @classmethod
+    def choose(cls, bound: int, requested: int | None = None, *, cores: int | None = None,
+               quota: int | None = None) -> ThreadChoice:
+        """requested (--threads) when given, which must lie in 1..bound; else the physical cores
+        the process may run on, within its cgroup quota, at most `bound`. Without `cores`, the
+        cores and quota are this machine's."""
+        if cores is None:
+            cores, quota = physical_cores(usable_cpus()), cpu_quota()
+        if requested is not None:
+            if not 1 <= requested <= bound:
+                raise JobError(f"--threads {requested} is outside 1..{bound}: the protocol's torch_threads "
+                               f"({bound}) is the most threads a run may use; pass a count in that range.")
+            return cls(requested, "--threads", bound, cores, quota)
+        return cls(max(1, min(bound, cores, quota or cores)), "physical cores", bound, cores, quota)
 
 
 @dataclass(frozen=True)
@@ -21,13 +91,17 @@ class Settings:
     max_length: int
     seed: int
     deterministic: bool
+    thread_choice: ThreadChoice | None = None  # how `threads` was chosen (None: set directly)
 
     @classmethod
-    def from_protocol(cls, inference: dict[str, Any]) -> Settings:
+    def from_protocol(cls, inference: dict[str, Any], threads: int | None = None) -> Settings:
+        """The settings of a run; threads: the run's --threads (default: see ThreadChoice.choose)."""
         if inference["device"] != "cpu" or inference["dtype"] != "float32":
             raise JobError("This job runs on CPU in float32 only; set device cpu and dtype float32 in the protocol.")
+        choice = ThreadChoice.choose(int(inference["torch_threads"]), threads)
         return cls(
-            threads=int(inference["torch_threads"]),
+            threads=choice.used,
+            thread_choice=choice,
             interop_threads=int(inference.get("torch_interop_threads", 1)),
             attn_implementation=str(inference["attn_implementation"]),
             batch_size=int(inference["batch_size"]),

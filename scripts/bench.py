@@ -283,16 +283,18 @@ def formal_run(protocol_path: Path, lock: Path, workdir: Path, threads: int | No
     """`python -m job run` in a child process; peak RSS from the kernel (wait4) and psutil."""
     import psutil
 
-    proto = protocol_path
-    if threads is not None:
+    proto, extra = protocol_path, []
+    if threads is not None:  # --threads; a count above the protocol's bound raises the bound too
+        extra = ["--threads", str(threads)]
         doc = json.loads(protocol_path.read_text())
-        doc["inference"]["torch_threads"] = threads
-        proto = workdir / f"protocol-{threads}.json"
-        proto.write_text(json.dumps(doc, indent=2))
+        if threads > doc["inference"]["torch_threads"]:
+            doc["inference"]["torch_threads"] = threads
+            proto = workdir / f"protocol-{threads}.json"
+            proto.write_text(json.dumps(doc, indent=2))
     out = workdir / f"run-{threads}"
     log = workdir / f"run-{threads}.log"
     cmd = [sys.executable, "-m", "job", "run", "--protocol", str(proto), "--resources", str(lock),
-           "--out", str(out), "--ephemeral-key", "--no-progress"]
+           "--out", str(out), "--ephemeral-key", "--no-progress", *extra]
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     peak = 0
     t0 = time.perf_counter()

@@ -15,6 +15,9 @@
 #   BUNDLE    host bag folder or .tar.gz, mounted read-only at /bundle/<its name> (for `reproduce`)
 #   NETWORK   docker network mode (default none)
 #   OUT_RO=1  mount OUTDIR read-only (to check how the job reports an unwritable output volume)
+#   ONEDNN_MAX_CPU_ISA, ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS
+#             passed into the container when set: limit the instruction sets of the arithmetic
+#             (for example AVX2, like an AVX2-only machine)
 #
 # Users: the image runs as calib (uid 10001). When this script runs as root it keeps that user:
 # it makes OUTDIR writable for uid 10001 (chown of that one directory) and mounts a private copy
@@ -66,6 +69,9 @@ fi
 if [[ -n "${FIXTURES:-}" ]]; then
   args+=(-v "$(realpath "$FIXTURES"):/shared/fixtures:ro")
 fi
+for isa in ONEDNN_MAX_CPU_ISA ATEN_CPU_CAPABILITY MKL_ENABLE_INSTRUCTIONS; do
+  if [[ -n "${!isa:-}" ]]; then args+=(-e "$isa=${!isa}"); fi
+done
 if [[ -n "${BUNDLE:-}" ]]; then
   [[ -e "$BUNDLE" ]] || { echo "docker-run.sh: bundle $BUNDLE not found; pass BUNDLE=DIR|TAR.GZ." >&2; exit 2; }
   args+=(-v "$(realpath "$BUNDLE"):/bundle/$(basename "$(realpath "$BUNDLE")"):ro")

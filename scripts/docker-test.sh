@@ -14,6 +14,9 @@
 #  5. Re-execution: a fresh reproducer key; `python -m job reproduce` of container bundle 1 in
 #     the container (--network none, the bundle mounted read-only), full; the attestation must say
 #     reproduced, and the verifier on the host must count it (assurance: reproduced by 1 party).
+#     Then the same reproduction with oneDNN and ATen limited to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2
+#     ATEN_CPU_CAPABILITY=avx2, like an AVX2-only machine): it must exit 0 with the verdict
+#     bit-identical or equivalent.
 #  6. Bad inputs in the container: no key volume, formal profile with an empty /cache and no
 #     network, read-only output volume: each must exit non-zero with one `error: ...` sentence
 #     on stderr and leave nothing in the output volume.
@@ -193,6 +196,22 @@ step "verify container bundle 1 with its reproduction attestation on the host"
 tail -n 5 "$WORK/r.verify.txt"
 grep -q "logits reproduced bit for bit by 1 trusted party (full: 616 rows)" "$WORK/r.verify.txt" ||
   fail "the verifier does not report the full reproduction"
+done_step
+
+step "reproduce container bundle 1 with oneDNN and ATen limited to AVX2"
+ISA_RC=0
+ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 \
+IMAGE=$IMAGE OUTDIR="$WORK/r-avx2" KEYDIR="$WORK/reproducer" FIXTURES="$FIXTURES" BUNDLE="$WORK/c1/bundle" \
+  bash scripts/docker-run.sh reproduce /bundle/bundle --out /out/reproduction.intoto.json \
+    --signing-key /keys/signing-key.pem --resources "/app/$LOCK" --no-progress || ISA_RC=$?
+((ISA_RC == 0)) || fail "the reproduction limited to AVX2 exited $ISA_RC"
+VERDICT=$("$PY" -c 'import base64, json, sys
+envelope = json.load(open(sys.argv[1], encoding="utf-8"))
+print(json.loads(base64.b64decode(envelope["payload"]))["predicate"]["verdict"])' \
+  "$WORK/r-avx2/reproduction.intoto.json" 2>/dev/null) || VERDICT=unreadable
+echo "verdict under AVX2: $VERDICT"
+[[ $VERDICT == bit-identical || $VERDICT == equivalent ]] ||
+  fail "the reproduction limited to AVX2 says $VERDICT, expected bit-identical or equivalent"
 done_step
 
 # ---- 6. bad inputs -------------------------------------------------------------------------

@@ -115,6 +115,8 @@ CONTENT: tuple[Entry | Group, ...] = (
     Entry("stages.records", "stage records hash the files in the bag", records.stage_records),
     Entry("stages.audit-after-fit", "audit inference consumed the frozen temperature",
           records.audit_after_fit),
+    Entry("environment.threads", "torch threads within the protocol's bound", records.threads,
+          when=records.has_thread_choice),
     Entry("pools.split-keys", "split keys are sha256(prefix + idx)", pools.split_keys),
     Entry("pools.assignment", "pools re-derived by the split rule; sizes; disjoint",
           pools.assignment),

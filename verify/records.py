@@ -288,3 +288,38 @@ def audit_after_fit(ctx: Context) -> str:
     return check_audit_after_fit(
         ctx.doc(layout.STAGES_JSON), ctx.sha(layout.TEMPERATURE_JSON),
         ctx.sha(layout.AUDIT_PREDICTIONS), ctx.sha(layout.CALIBRATION_PREDICTIONS))
+
+
+def check_threads(environment: dict[str, Any], protocol: dict[str, Any]) -> str:
+    """The run's thread count keeps to the protocol: environment.json's `threads` names the
+    protocol's torch_threads as its bound, used lies within it and is the count torch reported, and
+    a count chosen by physical cores is the least of the bound, the cores and the CPU quota."""
+    t, bound = environment["threads"], protocol["inference"]["torch_threads"]
+    reported = environment["torch"].get("num_threads")
+    if t["protocol_bound"] != bound:
+        raise Failed(f"environment.json says the protocol allowed {t['protocol_bound']} torch threads, "
+                     f"but protocol.json's torch_threads is {bound}.")
+    if not 1 <= t["used"] <= bound:
+        raise Failed(f"environment.json says the run used {t['used']} torch threads, outside the "
+                     f"protocol's 1..{bound}.")
+    if reported != t["used"]:
+        raise Failed(f"environment.json says the run chose {t['used']} torch threads, but torch reported "
+                     f"{reported}.")
+    if t["chosen_by"] == "physical cores":
+        default = min(bound, t["physical_cores"], t["cpu_quota"] or t["physical_cores"])
+        if t["used"] != default:
+            raise Failed(f"environment.json says the run used {t['used']} torch threads for "
+                         f"{t['physical_cores']} physical cores (quota {t['cpu_quota']}) under a bound of "
+                         f"{bound}; that rule gives {default}.")
+    return f"{t['used']} of at most {bound} torch threads ({t['chosen_by']})"
+
+
+def has_thread_choice(ctx: Context) -> bool:
+    """Runs since the thread count became a run setting record it; earlier format-1 bundles do not."""
+    environment = ctx.docs.get(layout.ENVIRONMENT_JSON)
+    return isinstance(environment, dict) and "threads" in environment
+
+
+def threads(ctx: Context) -> str:
+    """The run's torch threads against the protocol's bound (environment.json `threads`)."""
+    return check_threads(ctx.doc(layout.ENVIRONMENT_JSON), ctx.doc(layout.PROTOCOL_JSON))

@@ -1,0 +1,107 @@
+"""The torch thread count is a run setting: physical cores by default, the protocol's torch_threads
+its upper bound, recorded in environment.json; the logits do not depend on it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from job.cli import main
+from job.errors import JobError
+from job.runtime import ThreadChoice, cpu_quota, physical_cores
+from tests.factory import edited_json
+from verify.records import check_threads
+from verify.result import Failed
+
+
+def test_the_default_is_the_physical_cores_within_the_quota_and_the_protocols_bound() -> None:
+    assert ThreadChoice.choose(4, cores=2).used == 2
+    assert ThreadChoice.choose(4, cores=16).used == 4
+    assert ThreadChoice.choose(4, cores=16, quota=3).used == 3
+    assert ThreadChoice.choose(1, cores=16).used == 1
+    assert ThreadChoice.choose(4, cores=2).chosen_by == "physical cores"
+
+
+def test_threads_given_must_lie_within_the_protocols_bound() -> None:
+    assert ThreadChoice.choose(4, 3, cores=2) == ThreadChoice(3, "--threads", 4, 2, None)
+    for wrong in (0, 5):
+        with pytest.raises(JobError, match=r"^--threads .* is outside 1\.\.4: .*; pass a count in that range\.$"):
+            ThreadChoice.choose(4, wrong, cores=2)
+
+
+def test_physical_cores_count_hyperthread_siblings_once(tmp_path: Path) -> None:
+    for cpu, siblings in enumerate(["0,2", "1,3", "0,2", "1,3"]):
+        (tmp_path / f"cpu{cpu}" / "topology").mkdir(parents=True)
+        (tmp_path / f"cpu{cpu}" / "topology" / "thread_siblings_list").write_text(siblings + "\n")
+    assert physical_cores(range(4), tmp_path) == 2
+    assert physical_cores([0, 1], tmp_path) == 2
+    assert physical_cores([0, 2], tmp_path) == 1
+    assert physical_cores([0, 7], tmp_path) == 2  # no topology for cpu7: every logical CPU counts
+
+
+def test_cpu_quota_reads_cgroup_v2_cpu_max(tmp_path: Path) -> None:
+    cpu_max = tmp_path / "cpu.max"
+    assert cpu_quota(cpu_max) is None
+    cpu_max.write_text("max 100000\n")
+    assert cpu_quota(cpu_max) is None
+    cpu_max.write_text("150000 100000\n")
+    assert cpu_quota(cpu_max) == 2
+
+
+def test_the_run_records_its_thread_choice(tiny_bundle: Path) -> None:
+    environment = json.loads((tiny_bundle / "data" / "environment.json").read_text())
+    protocol = json.loads((tiny_bundle / "data" / "protocol.json").read_text())
+    assert environment["threads"]["used"] == environment["torch"]["num_threads"] == 1
+    assert environment["threads"]["protocol_bound"] == protocol["inference"]["torch_threads"] == 1
+    assert check_threads(environment, protocol) == "1 of at most 1 torch threads (physical cores)"
+
+
+def test_the_verifier_refuses_a_thread_record_beyond_the_bound(tiny_bundle: Path) -> None:
+    environment = json.loads((tiny_bundle / "data" / "environment.json").read_text())
+    protocol = json.loads((tiny_bundle / "data" / "protocol.json").read_text())
+    for edit, message in (({"used": 2}, "outside the protocol's 1..1"), ({"protocol_bound": 4}, "allowed 4"),
+                          ({"physical_cores": 8}, None)):
+        record = {**environment, "threads": {**environment["threads"], **edit}}
+        if message is None:
+            assert check_threads(record, protocol)
+        else:
+            with pytest.raises(Failed, match=message):
+                check_threads(record, protocol)
+    bounded = {**protocol, "inference": {**protocol["inference"], "torch_threads": 4}}
+    record = {**environment, "threads": {**environment["threads"], "protocol_bound": 4, "physical_cores": 2}}
+    with pytest.raises(Failed, match="that rule gives 2"):
+        check_threads(record, bounded)
+
+
+def test_threads_beyond_the_bound_exit_2_before_anything_is_written(tiny_world: tuple[Path, Path], tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    protocol, lock = tiny_world
+    out = tmp_path / "bundle"
+    rc = main(["run", "--protocol", str(protocol), "--resources", str(lock), "--out", str(out),
+               "--ephemeral-key", "--no-progress", "--threads", "2"])
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: --threads 2 is outside 1..1") and "Traceback" not in "".join(err)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_logits_are_bit_identical_at_1_to_4_threads(tiny_world: tuple[Path, Path], tmp_path: Path) -> None:
+    from job.pipeline import execute
+    from job.protocol import load_protocol
+    from job.resources import resolve_local
+
+    protocol_path, lock = tiny_world
+    four = edited_json(protocol_path, tmp_path / "protocol.json",
+                       lambda doc: doc["inference"].update(torch_threads=4))
+    protocol = load_protocol(four)
+    resources = resolve_local(lock, protocol.resources)
+    predictions: list[tuple[bytes, bytes]] = []
+    for n in (1, 2, 3, 4):
+        data = tmp_path / f"threads{n}" / "data"
+        execute(protocol, resources, data, progress=False, threads=n)
+        assert json.loads((data / "environment.json").read_text())["torch"]["num_threads"] == n
+        predictions.append(((data / "predictions" / "calibration.parquet").read_bytes(),
+                            (data / "predictions" / "audit.parquet").read_bytes()))
+    assert all(p == predictions[0] for p in predictions)
