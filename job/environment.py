@@ -110,8 +110,12 @@ class _Timed:
 
 
 def environment_record(torch_info: dict[str, Any], clock: StageClock, peak_rss_mb: float,
-                       forward_check: dict[str, Any] | None = None) -> dict[str, Any]:
+                       forward_check: dict[str, Any] | None = None,
+                       arithmetic: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything about where and how the run happened; varies between machines and runs.
+
+    arithmetic: job.arithmetic.arithmetic_record() of the process that ran the model (CPU and the
+    kernel libraries' code paths), which a reproduction on another machine is compared against.
 
     forward_check: job.forward_check's record when the packed forward ran (omitted otherwise): the
     bit-equal batch without padding and the differences on the first padded batch.
@@ -136,4 +140,6 @@ def environment_record(torch_info: dict[str, Any], clock: StageClock, peak_rss_m
     }
     if forward_check is not None:
         record["forward_check"] = forward_check
+    if arithmetic is not None:
+        record["arithmetic"] = arithmetic
     return record
