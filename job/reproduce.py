@@ -175,7 +175,8 @@ def rerun(bundle: VerifiedBundle, protocol: Protocol, resources: Resources, samp
                            f"rows, the bundle's predictions {len(everyone)}; the bundle is not of this protocol.")
         counted, found = input_differences(name, everyone, _recorded_inputs(theirs),
                                            _derived_inputs(rows, pools[name].positions))
-        checked = {f: checked.get(f, 0) + c for f, c in counted.items()}
+        for f, c in counted.items():
+            checked[f] = checked.get(f, 0) + c
         differences += found
     configure_torch(s)
     with model_directory(resources.model) as model_dir:
@@ -196,7 +197,8 @@ def rerun(bundle: VerifiedBundle, protocol: Protocol, resources: Resources, samp
         mine = {"token_count": {r: int(tokens.lengths[local[r]]) for r in needed},
                 "truncated": {r: bool(tokens.truncated[local[r]]) for r in needed}}
         counted, found = input_differences(name, needed, _recorded_inputs(theirs), mine)
-        checked = {f: checked.get(f, 0) + c for f, c in counted.items()}
+        for f, c in counted.items():
+            checked[f] = checked.get(f, 0) + c
         differences += found
         logits = np.full(theirs.logits.shape, np.nan, dtype=np.float32)
         if needed:

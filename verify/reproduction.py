@@ -266,7 +266,8 @@ def _consistent(ctx: Context, p: dict[str, Any]) -> str:
         if rows["identical"] != rows["compared"] or worst["ulps"] != 0 or worst["abs"] != 0 or p["first_differences"]:
             raise Failed("the verdict says reproduced but the attestation records a difference.")
         return "bit-identical"
-    if "tolerance" not in p or "inputs" not in p or "figures" not in p:
+    if any(k not in p for k in ("tolerance", "inputs", "figures")) or any(
+            k not in rows for k in ("within_tolerance", "predictions_changed")):
         raise Failed(f"the verdict {p['verdict']} comes without its tolerance, inputs and figures.")
     want, source = tolerance(ctx)
     if p["tolerance"] != {"abs": want, "source": source}:
