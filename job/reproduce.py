@@ -250,15 +250,21 @@ def environment() -> dict[str, Any]:
             "git_commit": git_commit(), "arithmetic": arithmetic_record()}
 
 
-def figures(bundle: VerifiedBundle, protocol: Protocol, finding: Finding) -> dict[str, Any]:
-    """Every published figure recomputed from the reproducer's logits and labels (full mode)."""
+def figures_of(bundle: VerifiedBundle, protocol: Protocol, logits: dict[str, NDArray[np.float32]],
+               labels: dict[str, NDArray[np.int64]]) -> dict[str, Any]:
+    """Every published figure of `bundle` recomputed from these logits and labels (pool -> pool order),
+    and those that differ at their published precision (job.reproduced_figures)."""
     files = {path: bundle.tree.files[path] for path in TABLE_INPUTS}
     published = {path: (bundle.json(path) if path in bundle.tree.files else None)
                  for path in (layout.TEMPERATURE_JSON, layout.METRICS_JSON, layout.POOLS_JSON,
                               layout.BOOTSTRAP_JSON, layout.STABILITY_JSON)}
-    return recomputed_changes(protocol, {n: bundle.pool(n) for n in POOLS},
-                              {n: finding.pools[n].logits for n in POOLS},
-                              {n: finding.pools[n].labels for n in POOLS}, files, published)
+    return recomputed_changes(protocol, {n: bundle.pool(n) for n in POOLS}, logits, labels, files, published)
+
+
+def figures(bundle: VerifiedBundle, protocol: Protocol, finding: Finding) -> dict[str, Any]:
+    """Every published figure recomputed from the reproducer's logits and labels (full mode)."""
+    return figures_of(bundle, protocol, {n: finding.pools[n].logits for n in POOLS},
+                      {n: finding.pools[n].labels for n in POOLS})
 
 
 def predicate(options: ReproduceOptions, protocol: Protocol, resources: Resources, finding: Finding,
