@@ -87,8 +87,7 @@ def _found(ctx: Context, n: str) -> dict[str, Any]:
 # -- the checks (verify/checks.py lists them in order) ---------------------------------------
 
 def signed(ctx: Context, n: str) -> str:
-    """The attestation is a DSSE envelope signed by a trusted reproducer over a schema-valid statement
-    that names that same key as its reproducer."""
+    """A DSSE envelope signed by a trusted reproducer, the one it names, over a schema-valid statement."""
     att = ctx.attestations[int(n) - 1]
     if not ctx.reproducers:
         raise Failed(f"no --trusted-reproducer was given, so {att.source} cannot count: a reproduction "
@@ -301,8 +300,7 @@ def _figures_words(p: dict[str, Any]) -> str:
 
 
 def reproduced(ctx: Context, n: str) -> str:
-    """Its verdict is bit-identical or equivalent (only bit-identical under --require-bit-identical),
-    consistent with its own numbers and the bundle's tolerance, on the rows the mode and seed say."""
+    """Its verdict, consistent with its numbers and the bundle's tolerance, is bit-identical or equivalent."""
     found = _found(ctx, n)
     p = found["statement"]["predicate"]
     rows, worst = p["rows"], p["largest_difference"]
