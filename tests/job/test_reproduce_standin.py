@@ -56,6 +56,8 @@ def test_a_standin_bundle_is_bit_identical_here_and_equivalent_under_avx2(
     p = predicate(avx2)
     assert p["verdict"] == "equivalent" and p["rows"]["identical"] < p["rows"]["compared"] == 616
     assert 0 < p["largest_difference"]["abs"] <= p["tolerance"]["abs"] and p["rows"]["predictions_changed"] == 0
+    for changed in p["figures"]["listed"]:  # honest arithmetic moves a figure by one unit of its sixth decimal
+        assert abs(float(changed["to"]) - float(changed["from"])) <= 1.0000001e-6, changed
     assert done.stdout.startswith("equivalent: 616 rows compared (full), every logit within 0.0001")
     assert "on another CPU or code path: signed on " in done.stdout and "ATen AVX2" in done.stdout
     sampled = predicate(sample)
