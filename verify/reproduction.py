@@ -234,8 +234,9 @@ def _cpus(ctx: Context, p: dict[str, Any]) -> tuple[str, bool | None]:
     words = (f"signed on {arithmetic_words(signer) if signer else env.get('cpu_model') or 'an unrecorded CPU'}, "
              f"reproduced on {arithmetic_words(mine) if mine else p['environment']['cpu_model']}")
     if not signer or not mine:
-        return words, None
-    return words, any(signer.get(k) != mine.get(k) for k in SAME_ARITHMETIC)
+        return f"{words} (the arithmetic of one is unrecorded)", None
+    differ = any(signer.get(k) != mine.get(k) for k in SAME_ARITHMETIC)
+    return f"{words} ({'different' if differ else 'the same'} arithmetic)", differ
 
 
 def _mismatch_reasons(p: dict[str, Any]) -> list[str]:
