@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -38,6 +38,11 @@ from job.row_inputs import INPUT_FIELDS, InputDifference, differing_fields, inpu
 from job.split import make_pools
 from job.spot_sample import draw_batches
 from job.verified_bundle import RecordedPool, VerifiedBundle, load_verified
+
+if TYPE_CHECKING:
+    from job.labelmap import LabelMap
+    from job.model import Model
+    from job.runtime import Settings
 
 POOLS = layout.REPRODUCTION_POOLS
 SHOWN_DIFFERENCES = 10
@@ -151,6 +156,39 @@ def _recorded_inputs(pool: RecordedPool) -> dict[str, Any]:
             "token_count": pool.token_count.tolist(), "truncated": pool.truncated.tolist()}
 
 
+def _rerun_pool(model: Model, s: Settings, label_map: LabelMap | None, rows: Rows, positions: tuple[int, ...],
+                theirs: RecordedPool, batches: list[int], progress: bool
+                ) -> tuple[PoolFinding, dict[str, int], list[InputDifference]]:
+    """Re-run `batches` of one pool as recorded and compare every row they hold: logits, token
+    count and truncation. `positions` are the pool's rows in the re-derived dataset, pool order."""
+    plan = theirs.batches()
+    order = [plan[b] for b in batches]
+    needed = sorted(r for batch in order for r in batch)
+    local = {r: i for i, r in enumerate(needed)}
+    # The run's inputs for these rows: the same texts (and pairs), tokenised by the same rule and
+    # with token type ids for a model with segment embeddings, batch by batch as they run.
+    texts, pairs = rows.inputs([positions[r] for r in needed])
+    tokens = Tokenized(model.tokenizer, texts, s.max_length, pairs, segments=model.segments)
+    mine = {"token_count": {r: int(tokens.lengths[local[r]]) for r in needed},
+            "truncated": {r: bool(tokens.truncated[local[r]]) for r in needed}}
+    checked, differences = input_differences(theirs.name, needed, _recorded_inputs(theirs), mine)
+    logits = np.full(theirs.logits.shape, np.nan, dtype=np.float32)
+    if needed:
+        label = f"{theirs.name} re-run" if progress else None
+        ran = run_batches(model.forward, model.pad_id, tokens, [[local[r] for r in b] for b in order], label)
+        logits[needed] = ran if label_map is None else label_map.reorder(ran)  # stored in dataset label order
+    found = logits[needed]
+    if not np.isfinite(found).all():
+        raise JobError(f"The model produced non-finite logits for {theirs.name} rows; the resources or the "
+                       "machine are broken, so nothing can be compared.")
+    result = compare_rows(found, theirs.logits[needed])
+    finding = PoolFinding(
+        compared=needed, batches=batches, identical=result.identical, ulps=result.ulps, abs=result.abs,
+        prediction_changed=predictions_changed(found, theirs.logits[needed]), logits=logits,
+        labels=np.asarray([int(rows.labels[p]) for p in positions], dtype=np.int64))
+    return finding, checked, differences
+
+
 def rerun(bundle: VerifiedBundle, protocol: Protocol, resources: Resources, sample: dict[str, list[int]] | None,
           progress: bool) -> Finding:
     """Re-derive the pools and every row's inputs, re-run the recorded batches (all, or those of
@@ -167,55 +205,28 @@ def rerun(bundle: VerifiedBundle, protocol: Protocol, resources: Resources, samp
     recorded = {name: bundle.pool(name) for name in POOLS}
     checked: dict[str, int] = {}
     differences: list[InputDifference] = []
+
+    def count(found: tuple[dict[str, int], list[InputDifference]]) -> None:
+        for field, rows_checked in found[0].items():
+            checked[field] = checked.get(field, 0) + rows_checked
+        differences.extend(found[1])
+
     for name in POOLS:
-        theirs = recorded[name]
-        everyone = list(range(len(theirs.idx)))
-        if len(pools[name].positions) != len(everyone):
-            raise JobError(f"The {name} pool re-derived from the dataset has {len(pools[name].positions)} "
-                           f"rows, the bundle's predictions {len(everyone)}; the bundle is not of this protocol.")
-        counted, found = input_differences(name, everyone, _recorded_inputs(theirs),
-                                           _derived_inputs(rows, pools[name].positions))
-        for f, c in counted.items():
-            checked[f] = checked.get(f, 0) + c
-        differences += found
+        theirs, positions = recorded[name], pools[name].positions
+        if len(positions) != len(theirs.idx):
+            raise JobError(f"The {name} pool re-derived from the dataset has {len(positions)} rows, the "
+                           f"bundle's predictions {len(theirs.idx)}; the bundle is not of this protocol.")
+        count(input_differences(name, list(range(len(positions))), _recorded_inputs(theirs),
+                                _derived_inputs(rows, positions)))
     configure_torch(s)
     with model_directory(resources.model) as model_dir:
         model = load_model(model_dir, s)
     results: dict[str, PoolFinding] = {}
     for name in POOLS:
-        theirs = recorded[name]
-        plan = theirs.batches()
-        batches = sorted(plan) if sample is None else sample[name]
-        order = [plan[b] for b in batches]
-        needed = sorted(r for batch in order for r in batch)
-        local = {r: i for i, r in enumerate(needed)}
-        positions = pools[name].positions
-        # The run's inputs for these rows: the same texts (and pairs), tokenised by the same rule and
-        # with token type ids for a model with segment embeddings, batch by batch as they run.
-        texts, pairs = rows.inputs([positions[r] for r in needed])
-        tokens = Tokenized(model.tokenizer, texts, s.max_length, pairs, segments=model.segments)
-        mine = {"token_count": {r: int(tokens.lengths[local[r]]) for r in needed},
-                "truncated": {r: bool(tokens.truncated[local[r]]) for r in needed}}
-        counted, found = input_differences(name, needed, _recorded_inputs(theirs), mine)
-        for f, c in counted.items():
-            checked[f] = checked.get(f, 0) + c
-        differences += found
-        logits = np.full(theirs.logits.shape, np.nan, dtype=np.float32)
-        if needed:
-            label = f"{name} re-run" if progress else None
-            ran = run_batches(model.forward, model.pad_id, tokens, [[local[r] for r in b] for b in order], label)
-            if protocol.label_map is not None:
-                ran = protocol.label_map.reorder(ran)  # stored columns are in dataset label order
-            logits[needed] = ran
-        found_logits = logits[needed]
-        if not np.isfinite(found_logits).all():
-            raise JobError(f"The model produced non-finite logits for {name} rows; the resources or the "
-                           "machine are broken, so nothing can be compared.")
-        result = compare_rows(found_logits, theirs.logits[needed])
-        results[name] = PoolFinding(
-            compared=needed, batches=batches, identical=result.identical, ulps=result.ulps, abs=result.abs,
-            prediction_changed=predictions_changed(found_logits, theirs.logits[needed]), logits=logits,
-            labels=np.asarray([int(rows.labels[p]) for p in positions], dtype=np.int64))
+        batches = sorted(recorded[name].batches()) if sample is None else sample[name]
+        results[name], counted, differ = _rerun_pool(model, s, protocol.label_map, rows, pools[name].positions,
+                                                     recorded[name], batches, progress)
+        count((counted, differ))
     order_of = {f: i for i, f in enumerate(INPUT_FIELDS)}
     differences.sort(key=lambda d: (POOLS.index(d.pool), order_of[d.field]))
     return Finding(results, {f: checked[f] for f in INPUT_FIELDS if f in checked}, differences)
