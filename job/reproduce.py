@@ -30,7 +30,7 @@ from job.dataset import Rows, load_rows
 from job.environment import cpu_model, git_commit
 from job.errors import JobError
 from job.inference import run_batches
-from job.logit_compare import compare_rows, grade, predictions_changed
+from job.logit_compare import compare_rows, grade, predictions_changed, short_number
 from job.protocol import Protocol
 from job.reproduced_figures import TABLE_INPUTS, recomputed_changes
 from job.resources import Resources
@@ -370,8 +370,8 @@ def summary(doc: dict[str, Any], out: Path) -> str:
         head = (f"bit-identical: {rows['compared']} rows compared ({mode}), every float32 logit the bundle's "
                 f"bit for bit; {fig_words}")
     elif doc["verdict"] == "equivalent":
-        head = (f"equivalent: {rows['compared']} rows compared ({mode}), every logit within {tol:g} (largest "
-                f"{worst['abs']:.2g}, {worst['ulps']} ulps), predictions unchanged; {fig_words}")
+        head = (f"equivalent: {rows['compared']} rows compared ({mode}), every logit within {short_number(tol)} "
+                f"(largest {short_number(worst['abs'])}, {worst['ulps']} ulps), predictions unchanged; {fig_words}")
     else:
         head = f"MISMATCH: {'; '.join(mismatch_reasons(doc))}; {fig_words}"
     return f"{head}\n{_where(doc)}\nattestation written to {out}"
@@ -392,6 +392,6 @@ def mismatch_reasons(doc: dict[str, Any]) -> list[str]:
     beyond = rows["compared"] - rows["within_tolerance"]
     if beyond:
         first = ", ".join(f"{d['pool']} idx {d['idx']}" for d in doc["first_differences"])
-        out.append(f"{beyond} of {rows['compared']} rows differ beyond the tolerance {tol:g} (largest "
-                   f"{worst['abs']:.3g} absolute, {worst['ulps']} ulps; first rows that differ: {first})")
+        out.append(f"{beyond} of {rows['compared']} rows differ beyond the tolerance {short_number(tol)} (largest "
+                   f"{short_number(worst['abs'])} absolute, {worst['ulps']} ulps; first rows that differ: {first})")
     return out

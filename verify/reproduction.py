@@ -223,6 +223,14 @@ def arithmetic_words(record: dict[str, Any] | None) -> str:
     return ", ".join(parts)
 
 
+def short_number(x: float) -> str:
+    """A difference or tolerance as people write it: 1e-4, 5.1e-6, 0.75 (two significant digits)."""
+    if x == 0 or 1e-3 <= abs(x) < 1e4:
+        return format(x, ".2g")
+    mantissa, exponent = format(x, ".1e").split("e")
+    return f"{mantissa.removesuffix('.0')}e{int(exponent)}"
+
+
 SAME_ARITHMETIC = ("cpu_vendor", "cpu_model", "aten_capability", "onednn_isa", "mkl")
 
 
@@ -254,7 +262,7 @@ def _mismatch_reasons(p: dict[str, Any]) -> list[str]:
     if beyond:
         first = ", ".join(f"{d['pool']} idx {d['idx']}" for d in p["first_differences"][:5])
         out.append(f"{beyond} of {rows['compared']} rows differing (largest {worst['ulps']} ulps, "
-                   f"{worst['abs']:.3g} absolute; first: {first})")
+                   f"{short_number(worst['abs'])} absolute; first: {first})")
     return out or ["the attestation says mismatch"]
 
 
@@ -271,8 +279,8 @@ def _consistent(ctx: Context, p: dict[str, Any]) -> str:
         raise Failed(f"the verdict {p['verdict']} comes without its tolerance, inputs and figures.")
     want, source = tolerance(ctx)
     if p["tolerance"] != {"abs": want, "source": source}:
-        raise Failed(f"the attestation judged logits with tolerance {p['tolerance']['abs']:g} "
-                     f"({p['tolerance']['source']}); the bundle's is {want:g} ({source}).")
+        raise Failed(f"the attestation judged logits with tolerance {short_number(p['tolerance']['abs'])} "
+                     f"({p['tolerance']['source']}); the bundle's is {short_number(want)} ({source}).")
     if (p["mode"] == "full") != (p["figures"] is not None):
         raise Failed("a full reproduction lists the published figures recomputed, and a sample none.")
     if p["verdict"] == "mismatch":
@@ -313,7 +321,7 @@ def reproduced(ctx: Context, n: str) -> str:
                      "inputs are not what the pinned resources and data give.")
     _check_rows(ctx, p)
     if ctx.require_bit_identical and level != "bit-identical":
-        raise Failed(f"equivalent, not bit-identical (largest difference {worst['abs']:.2g}, {worst['ulps']} "
+        raise Failed(f"equivalent, not bit-identical (largest difference {short_number(worst['abs'])}, {worst['ulps']} "
                      f"ulps; {cpus}), and --require-bit-identical was given.")
     tol = p["tolerance"]["abs"] if "tolerance" in p else None
     found["verdict"] = {"level": level, "mode": p["mode"], "rows": rows["compared"], "largest": worst["abs"],
@@ -323,7 +331,8 @@ def reproduced(ctx: Context, n: str) -> str:
     else:
         unit = "whole batches" if p["sample"].get("draw") == layout.REPRODUCTION_BATCH_DRAW else "rows"
         what = f"{unit} drawn with seed {p['sample']['seed']} for {p['sample']['n']} rows"
-    largest = "none" if level == "bit-identical" else f"{worst['abs']:.2g} ({worst['ulps']} ulps) within {tol:g}"
+    largest = ("none" if level == "bit-identical"
+               else f"{short_number(worst['abs'])} ({worst['ulps']} ulps) within {short_number(tol)}")
     return (f"{level}: {rows['compared']} rows compared ({p['mode']}: {what}); {cpus}; largest difference "
             f"{largest}; {_figures_words(p)}")
 
@@ -335,7 +344,8 @@ def _phrase(v: dict[str, Any]) -> str:
         return f"bit for bit ({mode})"
     where = "on another CPU" if v["other_cpu"] else "on the same kind of CPU" if v["other_cpu"] is False else ""
     figures = "published figures unchanged" if "unchanged" in v["figures"] else v["figures"]
-    return (f"equivalent {where}: every logit within {v['tolerance']:g} (largest {v['largest']:.2g}), "
+    return (f"equivalent {where}: every logit within {short_number(v['tolerance'])} "
+            f"(largest {short_number(v['largest'])}), "
             f"predictions unchanged, {figures} ({mode})").replace("equivalent :", "equivalent:")
 
 

@@ -155,7 +155,7 @@ def test_a_signer_who_altered_logits_passes_verification_but_not_reproduction(
     capsys.readouterr()
     assert reproduce(altered, att, reproducer, tiny_world[1]) == 1
     said = capsys.readouterr().out
-    assert said.startswith("MISMATCH: ") and "3 of 40 rows differ beyond the tolerance 0.0001" in said
+    assert said.startswith("MISMATCH: ") and "3 of 40 rows differ beyond the tolerance 1e-4" in said
     assert "audit idx" in said and "ulps" in said
     p = statement(att)["predicate"]
     assert p["verdict"] == "mismatch" and p["rows"]["identical"] == 37 and p["largest_difference"]["abs"] > 0.7

@@ -30,7 +30,7 @@ import pytest
 from bundle.attestation import attestation_bytes
 from bundle.keys import fingerprint, generate, load_private_key
 from job.cli import main as job_main
-from job.logit_compare import grade
+from job.logit_compare import grade, short_number
 from job.predictions import PoolOutput
 from job.spot_sample import draw_batches
 from tests.factory import REPO, make_world
@@ -318,7 +318,7 @@ def test_equivalent_passes_and_says_so_unless_bit_identity_is_required(
     assert code == 0, out
     assert "equivalent: 40 rows compared" in line(out, "reproduction.1.reproduced")
     assert out.rstrip().endswith("logits reproduced by 1 trusted party: equivalent on another CPU: every logit "
-                                 "within 0.0001 (largest 2.4e-07), predictions unchanged, published figures "
+                                 "within 1e-4 (largest 2.4e-7), predictions unchanged, published figures "
                                  "unchanged (full: 40 rows)")
     code, out = verify(tiny_bundle, pub, capsys, *args, "--require-bit-identical")
     assert code == 1 and "--require-bit-identical" in line(out, "reproduction.1.reproduced")
@@ -352,6 +352,7 @@ def test_grade_names_the_level() -> None:
     assert grade(False, 2e-4, 1e-4, 0, False) == "mismatch"  # beyond the tolerance
     assert grade(False, 1e-6, 1e-4, 1, False) == "mismatch"  # a prediction changed
     assert grade(True, 0.0, 1e-4, 0, True) == "mismatch"  # the logits hold, a label does not
+    assert [short_number(x) for x in (1e-4, 5.07e-6, 0.0, 0.75)] == ["1e-4", "5.1e-6", "0", "0.75"]
 
 
 def test_cosign_refuses_a_bundle_that_does_not_verify(tiny_bundle: Path, reproducer: Path, tmp_path: Path,

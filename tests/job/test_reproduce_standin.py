@@ -58,7 +58,7 @@ def test_a_standin_bundle_is_bit_identical_here_and_equivalent_under_avx2(
     assert 0 < p["largest_difference"]["abs"] <= p["tolerance"]["abs"] and p["rows"]["predictions_changed"] == 0
     for changed in p["figures"]["listed"]:  # honest arithmetic moves a figure by one unit of its sixth decimal
         assert abs(float(changed["to"]) - float(changed["from"])) <= 1.0000001e-6, changed
-    assert done.stdout.startswith("equivalent: 616 rows compared (full), every logit within 0.0001")
+    assert done.stdout.startswith("equivalent: 616 rows compared (full), every logit within 1e-4")
     assert "on another CPU or code path: signed on " in done.stdout and "ATen AVX2" in done.stdout
     sampled = predicate(sample)
     assert sampled["rows"]["compared"] >= 32 and sum(len(b) for b in sampled["sample"]["batches"].values()) <= 3
@@ -69,7 +69,7 @@ def test_a_standin_bundle_is_bit_identical_here_and_equivalent_under_avx2(
     out = capsys.readouterr().out
     assert code == 0, out
     assert "logits reproduced by 1 trusted party: bit for bit (full: 616 rows); bit for bit (sampled: " in out
-    assert "equivalent on another CPU: every logit within 0.0001 (largest " in out
+    assert "equivalent on another CPU: every logit within 1e-4 (largest " in out
 
 
 def test_three_edited_margins_are_a_mismatch_under_avx2(tmp_path: Path, signing_key_dir: Path) -> None:
