@@ -370,3 +370,11 @@ def test_cosign_refuses_a_bundle_that_does_not_verify(tiny_bundle: Path, reprodu
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "does not verify" in err and "nothing was co-signed" in err
     assert (bag / "provenance.intoto.json").read_bytes() == before
+    # intact, but sealed by a key other than the one the co-signer trusts: refused too
+    intact = tmp_path / "intact"
+    shutil.copytree(tiny_bundle, intact)
+    sealed_by = ["--signing-key", str(reproducer / "signing-key.pem")]
+    not_the_signer = ["--trusted-key", str(reproducer / "signing-key.pub.pem")]
+    assert bundle_main(["cosign", str(intact), *sealed_by, *not_the_signer]) == 2
+    assert "signature.signer-trusted" in capsys.readouterr().err
+    assert bundle_main(["cosign", str(intact), *sealed_by]) == 0  # intact under the key it carries
