@@ -308,6 +308,14 @@ def _figures_words(p: dict[str, Any]) -> str:
     return f"{figs['changed']} of {figs['compared']} published figures changed ({listed})"
 
 
+def _figures_short(p: dict[str, Any]) -> str:
+    """The figures in a few words, for the assurance line (the check's detail lists them)."""
+    figs = p.get("figures")
+    if figs is None or figs["changed"] == 0:
+        return _figures_words(p).split(" (")[0]
+    return f"{figs['changed']} of {figs['compared']} published figures changed (listed in its check)"
+
+
 def reproduced(ctx: Context, n: str) -> str:
     """Its verdict, consistent with its numbers and the bundle's tolerance, is bit-identical or equivalent."""
     found = _found(ctx, n)
@@ -325,14 +333,14 @@ def reproduced(ctx: Context, n: str) -> str:
                      f"ulps; {cpus}), and --require-bit-identical was given.")
     tol = p["tolerance"]["abs"] if "tolerance" in p else None
     found["verdict"] = {"level": level, "mode": p["mode"], "rows": rows["compared"], "largest": worst["abs"],
-                        "tolerance": tol, "other_cpu": differ, "figures": _figures_words(p)}
+                        "tolerance": tol, "other_cpu": differ, "figures": _figures_short(p)}
     if p["mode"] == "full":
         what = "every row"
     else:
         unit = "whole batches" if p["sample"].get("draw") == layout.REPRODUCTION_BATCH_DRAW else "rows"
         what = f"{unit} drawn with seed {p['sample']['seed']} for {p['sample']['n']} rows"
     largest = ("none" if level == "bit-identical"
-               else f"{short_number(worst['abs'])} ({worst['ulps']} ulps) within {short_number(tol)}")
+               else f"{short_number(worst['abs'])} ({worst['ulps']} ulps) within {short_number(p['tolerance']['abs'])}")
     return (f"{level}: {rows['compared']} rows compared ({p['mode']}: {what}); {cpus}; largest difference "
             f"{largest}; {_figures_words(p)}")
 
@@ -343,7 +351,7 @@ def _phrase(v: dict[str, Any]) -> str:
     if v["level"] == "bit-identical":
         return f"bit for bit ({mode})"
     where = "on another CPU" if v["other_cpu"] else "on the same kind of CPU" if v["other_cpu"] is False else ""
-    figures = "published figures unchanged" if "unchanged" in v["figures"] else v["figures"]
+    figures = v["figures"]
     return (f"equivalent {where}: every logit within {short_number(v['tolerance'])} "
             f"(largest {short_number(v['largest'])}), "
             f"predictions unchanged, {figures} ({mode})").replace("equivalent :", "equivalent:")
