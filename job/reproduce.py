@@ -55,14 +55,14 @@ class ReproduceOptions:
     bundle: Path  # bag folder or .tar.gz; only read
     out: Path  # the attestation to write; must not exist
     signing_key: Path  # the reproducer's Ed25519 private key
-    sample: int | None = None  # compare this many seeded rows instead of all
+    sample: int | None = None  # re-run whole batches drawn with `seed` until they hold this many rows
     seed: int | None = None
     progress: bool = True
 
     def __post_init__(self) -> None:
         if (self.sample is None) != (self.seed is None):
-            raise JobError("--sample and --seed go together: pass both (a spot check of N rows drawn "
-                           "with seed S) or neither (every row).")
+            raise JobError("--sample and --seed go together: pass both (a spot check of whole batches drawn "
+                           "with seed S until they hold N rows) or neither (every row).")
 
 
 @dataclass(frozen=True)
