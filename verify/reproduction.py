@@ -184,8 +184,10 @@ def _check_rows(ctx: Context, p: dict[str, Any]) -> None:
         if sample.get("draw") == layout.REPRODUCTION_BATCH_DRAW:
             sizes = [np.bincount(np.asarray(tables[name].batch, dtype=np.int64)).tolist() for name in pools]
             drawn_batches = draw_batches(sizes, sample["n"], sample["seed"])
-            drawn = [sorted(i for i, b in enumerate(tables[name].batch) if int(b) in set(batches))
-                     for name, batches in zip(pools, drawn_batches, strict=True)]
+            drawn = []
+            for name, batches in zip(pools, drawn_batches, strict=True):
+                wanted = set(batches)  # every row of the drawn batches is compared
+                drawn.append([i for i, b in enumerate(tables[name].batch) if int(b) in wanted])
         else:
             drawn = draw_rows([len(tables[name].idx) for name in pools], sample["n"], sample["seed"])
         for name, positions in zip(pools, drawn, strict=True):
