@@ -1,5 +1,6 @@
 """`python -m bundle keygen --out DIR`, `python -m bundle archive BUNDLE [--out FILE]` and
-`python -m bundle cosign BUNDLE --signing-key KEY.pem`.
+`python -m bundle cosign BUNDLE --signing-key KEY.pem [--trusted-key PUB.pem]` (which runs the
+verifier on the bundle first and refuses one that does not verify).
 
 Data goes to stdout; an error is one line on stderr and exit status 2.
 """
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from bundle import keys
 from bundle.archive import archive
-from bundle.cosign import cosign
+from bundle.cosign import cosign, verified_before_cosigning
 from bundle.digests import sha256_file
 from bundle.errors import BundleError
 
@@ -55,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     co.add_argument("bundle", type=Path, metavar="BUNDLE")
     co.add_argument("--signing-key", required=True, type=Path, metavar="KEY.pem")
+    co.add_argument("--trusted-key", type=Path, metavar="PUB.pem",
+                    help="the original signer's public key: the bundle must verify as signed by it "
+                         "(without it, the bundle must verify intact under the key it carries)")
     return parser
 
 
@@ -72,7 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not args.bundle.is_dir():
                 raise BundleError(f"{args.bundle} is not a bundle folder; pass the bag folder "
                                   "(extract an archive first).")
-            fp = cosign(args.bundle, keys.load_private_key(args.signing_key))
+            key = keys.load_private_key(args.signing_key)
+            verified_before_cosigning(args.bundle, args.trusted_key)
+            fp = cosign(args.bundle, key)
             print(f"cosigned {args.bundle} fingerprint {fp}")
         else:
             path = archive(args.bundle, args.out)

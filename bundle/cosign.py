@@ -17,6 +17,8 @@ import binascii
 import hashlib
 import os
 import re
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,36 @@ from bundle.keys import fingerprint
 from bundle.schemas import validate
 
 _TAGMANIFEST = re.compile(r"tagmanifest-([A-Za-z0-9_-]+)\.txt")
+_REPO = Path(__file__).resolve().parent.parent
+VERIFY_TIMEOUT_S = 600
+
+
+def verified_before_cosigning(bag: Path, trusted_key: Path | None = None) -> str:
+    """Run the verifier (`python -m verify`, in its own process: bundle/ never imports verify/) on the
+    bag and return its assurance line; BundleError when the bag does not verify.
+
+    With `trusted_key` the bag must verify as signed by that key (exit 0); without one it must be
+    intact and carry a valid signature (exit 0 or 3, "signer not established"). A co-signature
+    vouches for the bundle's content, so a bag that fails any check is never co-signed."""
+    cmd = [sys.executable, "-m", "verify", str(bag)]
+    if trusted_key is not None:
+        cmd += ["--trusted-key", str(trusted_key)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(_REPO), os.environ.get("PYTHONPATH")]))}
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=VERIFY_TIMEOUT_S, env=env,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BundleError(f"The verifier could not be run on {bag} ({exc}); verify it with `python -m "
+                          "verify` and cosign only a bundle that verifies.") from exc
+    allowed = (0,) if trusted_key is not None else (0, 3)
+    if done.returncode not in allowed:
+        failed = [line.split(None, 2) for line in done.stdout.splitlines() if line.startswith("FAIL")]
+        first = f" ({failed[0][1]}: {failed[0][2] if len(failed[0]) > 2 else ''})" if failed else ""
+        why = (done.stderr.strip().splitlines() or ["it does not verify"])[-1].removeprefix("error: ")
+        raise BundleError(f"{bag} does not verify{first.rstrip()}{'' if failed else f' ({why})'}; nothing was "
+                          "co-signed: run `python -m verify` on it and cosign only a bundle that verifies.")
+    assurance = [line for line in done.stdout.splitlines() if line.startswith("Assurance: ")]
+    return assurance[-1].removeprefix("Assurance: ") if assurance else "verified"
 
 
 def cosign(bag: Path, private_key: Ed25519PrivateKey) -> str:

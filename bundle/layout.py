@@ -150,3 +150,16 @@ REPRODUCTION_GENERATOR: Final = "numpy.random.PCG64.random_raw"
 """How a sampled reproduction draws its rows (FORMAT.md): one raw 64-bit draw per candidate row."""
 REPRODUCTION_POOLS: Final = ("calibration", "audit")
 """The pools a reproduction re-runs, in the order its sample is drawn from."""
+REPRODUCTION_BATCH_DRAW: Final = "batches"
+"""How a sampled reproduction draws (FORMAT.md): whole recorded batches, one raw 64-bit draw per batch,
+until they hold at least n rows. Attestations without `sample.draw` drew single rows."""
+VERDICTS: Final = ("bit-identical", "equivalent", "mismatch")
+"""A reproduction's verdicts, strictest first (FORMAT.md "Reproduction attestation")."""
+LEGACY_REPRODUCED: Final = "reproduced"
+"""The verdict of earlier attestations for every compared logit bit for bit: read as bit-identical."""
+DEFAULT_LOGIT_TOLERANCE: Final = 1e-4
+"""The largest absolute difference between a reproduced and a stored float32 logit that counts as
+`equivalent` when the protocol pre-registers none (`reproduction.logit_tolerance`). Chosen from
+measurement (docs/PERFORMANCE.md, "Reproduction across CPUs"): about 20 times the largest honest
+difference measured across ISA limits and thread counts, and far below the smallest edit that
+flips a prediction."""

@@ -66,7 +66,8 @@ def _parser() -> argparse.ArgumentParser:
                           "passphrase from CALIBRATION_KEY_PASSPHRASE")
     rep.add_argument("--resources", type=Path, help="local resource lock (JSON) instead of the hub cache")
     rep.add_argument("--cache", type=Path, default=None, help="resource cache (default: $HF_HOME/calibration-runs)")
-    rep.add_argument("--sample", type=int, metavar="N", help="spot check: compare N rows drawn with --seed")
+    rep.add_argument("--sample", type=int, metavar="N",
+                     help="spot check: re-run whole recorded batches drawn with --seed until they hold N rows")
     rep.add_argument("--seed", type=int, metavar="S", help="seed of the spot check's draw (PCG64)")
     rep.add_argument("--no-progress", action="store_true", help="no progress bar")
     from job.init import add_arguments

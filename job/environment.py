@@ -111,8 +111,12 @@ class _Timed:
 
 def environment_record(torch_info: dict[str, Any], clock: StageClock, peak_rss_mb: float,
                        forward_check: dict[str, Any] | None = None,
-                       threads: dict[str, Any] | None = None) -> dict[str, Any]:
+                       threads: dict[str, Any] | None = None,
+                       arithmetic: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything about where and how the run happened; varies between machines and runs.
+
+    arithmetic: job.arithmetic.arithmetic_record() of the process that ran the model (CPU and the
+    kernel libraries' code paths), which a reproduction on another machine is compared against.
 
     forward_check: job.forward_check's record when the packed forward ran (omitted otherwise): the
     bit-equal batch without padding and the differences on the first padded batch.
@@ -139,4 +143,6 @@ def environment_record(torch_info: dict[str, Any], clock: StageClock, peak_rss_m
         record["forward_check"] = forward_check
     if threads is not None:  # job.runtime.ThreadChoice: the count torch ran with, and why
         record["threads"] = threads
+    if arithmetic is not None:
+        record["arithmetic"] = arithmetic
     return record

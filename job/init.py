@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bundle.digests import sha256_file
+from bundle.layout import DEFAULT_LOGIT_TOLERANCE
 from job.datacard import FORMATS, card_header, split_files
 from job.datameta import stated_labels
 from job.dataset import DatasetSpec, read_table
@@ -318,6 +319,8 @@ def build_protocol(args: argparse.Namespace, model: Pinned, data: Pinned, fmt: s
         sizes = [m for m in doc["stability"]["sizes"] if m < cal] + [cal]
         doc["stability"]["sizes"] = sorted(set(sizes))
     doc["label_map"] = label_map
+    # Pre-registered with everything else, so no reproduction can pick its own tolerance afterwards.
+    doc.setdefault("reproduction", {"logit_tolerance": DEFAULT_LOGIT_TOLERANCE})
     return doc
 
 

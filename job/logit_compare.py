@@ -40,3 +40,34 @@ def compare_rows(found: NDArray[np.float32], recorded: NDArray[np.float32]) -> R
     ulps = ulps_apart(found, recorded).max(axis=1, initial=0)
     diff = np.abs(found.astype(np.float64) - recorded.astype(np.float64)).max(axis=1, initial=0.0)
     return RowComparison(identical=same_bits.all(axis=1), ulps=ulps, abs=diff)
+
+
+def predictions_changed(found: NDArray[np.float32], recorded: NDArray[np.float32]) -> NDArray[np.bool_]:
+    """Per row: whether the predicted class (the first largest logit) differs."""
+    changed: NDArray[np.bool_] = found.argmax(axis=1) != recorded.argmax(axis=1)
+    return changed
+
+
+def grade(identical: bool, largest_abs: float, tolerance: float, predictions_changed: int,
+          inputs_differ: bool) -> str:
+    """The verdict of a reproduction (bundle/FORMAT.md, "Reproduction attestation").
+
+    `bit-identical`: every compared logit has the same bits and every per-row input agrees.
+    `equivalent`: not every bit is equal, but every compared logit is within `tolerance` (absolute)
+    of the stored one, no compared row's predicted class changed, and every per-row input agrees.
+    `mismatch`: anything else."""
+    if inputs_differ:
+        return "mismatch"
+    if identical:
+        return "bit-identical"
+    if largest_abs <= tolerance and predictions_changed == 0:
+        return "equivalent"
+    return "mismatch"
+
+
+def short_number(x: float) -> str:
+    """A difference or tolerance as people write it: 1e-4, 5.1e-6, 0.75 (two significant digits)."""
+    if x == 0 or 1e-3 <= abs(x) < 1e4:
+        return format(x, ".2g")
+    mantissa, exponent = format(x, ".1e").split("e")
+    return f"{mantissa.removesuffix('.0')}e{int(exponent)}"

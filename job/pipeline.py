@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from bundle import layout
+from job.arithmetic import arithmetic_record
 from job.artifacts import Artifacts
 from job.batching import Tokenized
 from job.calibration import TemperatureFit, fit_temperature, softmax
@@ -210,6 +211,7 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
             with model_directory(resources.model) as model_dir:
                 model = load_model(model_dir, s)
             torch_info["forward"] = model.forward.name  # the packed re-implementation or transformers' own
+            arithmetic = arithmetic_record()  # after configure_torch: the threads and libraries the run uses
         with clock.stage("calibration-inference"):
             cal_out = _infer(model, cal_rows, cal_pool, s, progress, protocol.label_map)
             art.write_table(cal_pred, _table(cal_rows, cal_pool, cal_out))
@@ -262,7 +264,7 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
         art.write_json(layout.STAGES_JSON, {"protocol_sha256": protocol.sha256, "stages": stages})
     thread_record = None if s.thread_choice is None else s.thread_choice.record()
     art.write_json(layout.ENVIRONMENT_JSON,
-                   environment_record(torch_info, clock, rss.mb, forward_check, thread_record))
+                   environment_record(torch_info, clock, rss.mb, forward_check, thread_record, arithmetic))
     # Views derived from the files above only: figures, the report, then the crate (last: it hashes all).
     for rel, png in render_figures(data_dir).items():
         art.write_bytes(f"{layout.DATA_DIR}/{rel}", png)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bundle.layout import DEFAULT_LOGIT_TOLERANCE
 from job.dataset import DatasetSpec
 from job.documents import read_checked
 from job.errors import JobError
@@ -157,6 +158,16 @@ class Protocol:
     @property
     def resources(self) -> dict[str, Any]:
         return dict(self.doc["resources"])
+
+    @property
+    def logit_tolerance(self) -> tuple[float, str]:
+        """(tolerance, where it comes from): the largest absolute logit difference a reproduction may
+        find and still be `equivalent`; the protocol's `reproduction.logit_tolerance`, or the format's
+        default (bundle.layout.DEFAULT_LOGIT_TOLERANCE) for a protocol that pre-registers none."""
+        section = self.doc.get("reproduction")
+        if section is None:
+            return DEFAULT_LOGIT_TOLERANCE, "format default"
+        return float(section["logit_tolerance"]), "protocol"
 
 
 def require_verifiable(doc: dict[str, Any]) -> None:

@@ -1,10 +1,12 @@
 """`python -m job reproduce`: re-run a bundle's inference with the pinned resources and attest,
-signed, whether every compared row's float32 logits are the bundle's bit for bit.
+signed, which level the re-run reached: `bit-identical`, `equivalent` or `mismatch`.
 
 Order: the bundle is verified (integrity), its protocol read, the resources checked against the
-hashes the bundle records (before any inference), the pools re-derived, the recorded batches re-run
-(all of them, or those holding a seeded sample of rows), every compared row compared, and the
-attestation written atomically. Exit 0 every row identical, 1 a row differs, 2 bad input."""
+hashes the bundle records (before any inference), the pools and every row's inputs (idx, text hash,
+label) re-derived from the pinned data, the recorded batches re-run (all of them, or whole batches
+drawn from a seed), every row run compared (logits, token count, truncation), every published
+figure recomputed from the reproducer's logits (full mode), and the attestation written
+atomically. Exit 0 bit-identical or equivalent, 1 mismatch, 2 bad input."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -22,17 +24,25 @@ from numpy.typing import NDArray
 from bundle import layout
 from bundle.attestation import attestation_bytes, build_reproduction_statement, write_attestation
 from bundle.keys import fingerprint, load_private_key
+from job.arithmetic import arithmetic_record, same_arithmetic, short
 from job.batching import Tokenized
-from job.dataset import load_rows
+from job.dataset import Rows, load_rows
 from job.environment import cpu_model, git_commit
 from job.errors import JobError
 from job.inference import run_batches
-from job.logit_compare import compare_rows
+from job.logit_compare import compare_rows, grade, predictions_changed, short_number
 from job.protocol import Protocol
+from job.reproduced_figures import TABLE_INPUTS, recomputed_changes
 from job.resources import Resources
+from job.row_inputs import INPUT_FIELDS, InputDifference, differing_fields, input_differences
 from job.split import make_pools
-from job.spot_sample import draw_rows
+from job.spot_sample import draw_batches
 from job.verified_bundle import RecordedPool, VerifiedBundle, load_verified
+
+if TYPE_CHECKING:
+    from job.labelmap import LabelMap
+    from job.model import Model
+    from job.runtime import Settings
 
 POOLS = layout.REPRODUCTION_POOLS
 SHOWN_DIFFERENCES = 10
@@ -45,33 +55,60 @@ class ReproduceOptions:
     bundle: Path  # bag folder or .tar.gz; only read
     out: Path  # the attestation to write; must not exist
     signing_key: Path  # the reproducer's Ed25519 private key
-    sample: int | None = None  # compare this many seeded rows instead of all
+    sample: int | None = None  # re-run whole batches drawn with `seed` until they hold this many rows
     seed: int | None = None
     progress: bool = True
 
     def __post_init__(self) -> None:
         if (self.sample is None) != (self.seed is None):
-            raise JobError("--sample and --seed go together: pass both (a spot check of N rows drawn "
-                           "with seed S) or neither (every row).")
+            raise JobError("--sample and --seed go together: pass both (a spot check of whole batches drawn "
+                           "with seed S until they hold N rows) or neither (every row).")
+
+
+@dataclass(frozen=True)
+class PoolFinding:
+    """What the re-run found for one pool's compared rows (positions in pool order)."""
+
+    compared: list[int]
+    batches: list[int]  # recorded batches re-run
+    identical: NDArray[np.bool_]
+    ulps: NDArray[np.int64]
+    abs: NDArray[np.float64]
+    prediction_changed: NDArray[np.bool_]
+    logits: NDArray[np.float32]  # the reproducer's logits of every row re-run (NaN elsewhere), pool order
+    labels: NDArray[np.int64]  # every row's label as the pinned data gives it, pool order
 
 
 @dataclass(frozen=True)
 class Finding:
-    """What the re-run found for the compared rows of every pool."""
+    """What the re-run found for the compared rows of every pool, and the per-row inputs checked."""
 
-    compared: dict[str, list[int]]  # pool -> positions compared, in pool order
-    identical: dict[str, NDArray[np.bool_]]
-    ulps: dict[str, NDArray[np.int64]]
-    abs: dict[str, NDArray[np.float64]]
-    batches: dict[str, list[int]]  # pool -> recorded batches re-run
+    pools: dict[str, PoolFinding]
+    inputs_checked: dict[str, int]  # field -> rows checked, over both pools
+    input_differences: list[InputDifference]
 
     @property
     def rows(self) -> int:
-        return sum(len(v) for v in self.compared.values())
+        return sum(len(f.compared) for f in self.pools.values())
 
     @property
     def same(self) -> int:
-        return sum(int(v.sum()) for v in self.identical.values())
+        return sum(int(f.identical.sum()) for f in self.pools.values())
+
+    @property
+    def largest_abs(self) -> float:
+        return max((float(f.abs.max(initial=0.0)) for f in self.pools.values()), default=0.0)
+
+    @property
+    def largest_ulps(self) -> int:
+        return max((int(f.ulps.max(initial=0)) for f in self.pools.values()), default=0)
+
+    def within(self, tolerance: float) -> int:
+        return sum(int((f.abs <= tolerance).sum()) for f in self.pools.values())
+
+    @property
+    def predictions_changed(self) -> int:
+        return sum(int(f.prediction_changed.sum()) for f in self.pools.values())
 
 
 def bundle_protocol(bundle: VerifiedBundle) -> Protocol:
@@ -99,16 +136,66 @@ def check_resources(recorded: dict[str, Any], resources: Resources) -> None:
                            "its resources.json lists.")
 
 
-def _plan(pool: RecordedPool, positions: list[int] | None) -> tuple[list[int], list[list[int]]]:
-    """(recorded batches to run, their rows in the order they ran); all batches when positions is None."""
-    batches = pool.batches()
-    wanted = sorted(batches) if positions is None else sorted({int(pool.batch[p]) for p in positions})
-    return wanted, [batches[b] for b in wanted]
+def _sampled_batches(bundle: VerifiedBundle, n: int, seed: int) -> dict[str, list[int]]:
+    """Pool -> the recorded batches a `--sample n --seed seed` re-runs (job.spot_sample.draw_batches)."""
+    sizes = []
+    for name in POOLS:
+        counts = np.bincount(bundle.pool(name).batch)
+        sizes.append((name, [int(c) for c in counts]))
+    return draw_batches(sizes, n, seed)
+
+
+def _derived_inputs(rows: Rows, positions: tuple[int, ...]) -> dict[str, Any]:
+    """idx, text hash and label of a pool's rows as the pinned data gives them, pool order."""
+    return {"idx": [int(rows.ids[p]) for p in positions], "text_sha256": [rows.text_sha256[p] for p in positions],
+            "label": [int(rows.labels[p]) for p in positions]}
+
+
+def _recorded_inputs(pool: RecordedPool) -> dict[str, Any]:
+    return {"idx": pool.idx.tolist(), "text_sha256": list(pool.text_sha256), "label": pool.label.tolist(),
+            "token_count": pool.token_count.tolist(), "truncated": pool.truncated.tolist()}
+
+
+def _rerun_pool(model: Model, s: Settings, label_map: LabelMap | None, rows: Rows, positions: tuple[int, ...],
+                theirs: RecordedPool, batches: list[int], progress: bool
+                ) -> tuple[PoolFinding, dict[str, int], list[InputDifference]]:
+    """Re-run `batches` of one pool as recorded and compare every row they hold: logits, token
+    count and truncation. `positions` are the pool's rows in the re-derived dataset, pool order."""
+    plan = theirs.batches()
+    order = [plan[b] for b in batches]
+    needed = sorted(r for batch in order for r in batch)
+    local = {r: i for i, r in enumerate(needed)}
+    # The run's inputs for these rows: the same texts (and pairs), tokenised by the same rule and
+    # with token type ids for a model with segment embeddings, batch by batch as they run.
+    texts, pairs = rows.inputs([positions[r] for r in needed])
+    tokens = Tokenized(model.tokenizer, texts, s.max_length, pairs, segments=model.segments)
+    mine = {"token_count": {r: int(tokens.lengths[local[r]]) for r in needed},
+            "truncated": {r: bool(tokens.truncated[local[r]]) for r in needed}}
+    checked, differences = input_differences(theirs.name, needed, _recorded_inputs(theirs), mine)
+    logits = np.full(theirs.logits.shape, np.nan, dtype=np.float32)
+    if needed:
+        label = f"{theirs.name} re-run" if progress else None
+        ran = run_batches(model.forward, model.pad_id, tokens, [[local[r] for r in b] for b in order], label)
+        logits[needed] = ran if label_map is None else label_map.reorder(ran)  # stored in dataset label order
+    found = logits[needed]
+    if not np.isfinite(found).all():
+        raise JobError(f"The model produced non-finite logits for {theirs.name} rows; the resources or the "
+                       "machine are broken, so nothing can be compared.")
+    result = compare_rows(found, theirs.logits[needed])
+    finding = PoolFinding(
+        compared=needed, batches=batches, identical=result.identical, ulps=result.ulps, abs=result.abs,
+        prediction_changed=predictions_changed(found, theirs.logits[needed]), logits=logits,
+        labels=np.asarray([int(rows.labels[p]) for p in positions], dtype=np.int64))
+    return finding, checked, differences
 
 
 def rerun(bundle: VerifiedBundle, protocol: Protocol, resources: Resources, sample: dict[str, list[int]] | None,
           progress: bool) -> Finding:
-    """Re-derive the pools, re-run the recorded batches, and compare the chosen rows with the bundle."""
+    """Re-derive the pools and every row's inputs, re-run the recorded batches (all, or those of
+    `sample`: pool -> batches), and compare every row of the batches run with the bundle.
+
+    idx, text hash and label are compared on every row of both pools (they need no inference);
+    token count and truncation on the rows tokenised for the batches run; logits on those rows."""
     from job.model import load_model, model_directory
     from job.runtime import Settings, configure_torch
 
@@ -116,52 +203,44 @@ def rerun(bundle: VerifiedBundle, protocol: Protocol, resources: Resources, samp
     rows = load_rows([f.local for f in resources.dataset.files], resources.dataset_spec, protocol.dataset)
     pools = make_pools(protocol.prefix, rows.ids, protocol.split.pools)
     recorded = {name: bundle.pool(name) for name in POOLS}
+    checked: dict[str, int] = {}
+    differences: list[InputDifference] = []
+
+    def count(found: tuple[dict[str, int], list[InputDifference]]) -> None:
+        for field, rows_checked in found[0].items():
+            checked[field] = checked.get(field, 0) + rows_checked
+        differences.extend(found[1])
+
     for name in POOLS:
-        mine, theirs = pools[name], recorded[name]
-        ids = [int(rows.ids[p]) for p in mine.positions]
-        hashes = tuple(rows.text_sha256[p] for p in mine.positions)
-        if ids != theirs.idx.tolist() or hashes != theirs.text_sha256:
-            raise JobError(f"The {name} pool re-derived from the dataset differs from the bundle's "
-                           "predictions; the dataset or the split rule is not the bundle's.")
+        theirs, positions = recorded[name], pools[name].positions
+        if len(positions) != len(theirs.idx):
+            raise JobError(f"The {name} pool re-derived from the dataset has {len(positions)} rows, the "
+                           f"bundle's predictions {len(theirs.idx)}; the bundle is not of this protocol.")
+        count(input_differences(name, list(range(len(positions))), _recorded_inputs(theirs),
+                                _derived_inputs(rows, positions)))
     configure_torch(s)
     with model_directory(resources.model) as model_dir:
         model = load_model(model_dir, s)
-    finding = Finding({}, {}, {}, {}, {})
+    results: dict[str, PoolFinding] = {}
     for name in POOLS:
-        theirs = recorded[name]
-        chosen = sample[name] if sample is not None else None
-        batches, plan = _plan(theirs, chosen)
-        needed = sorted(r for batch in plan for r in batch)
-        local = {r: i for i, r in enumerate(needed)}
-        positions = pools[name].positions
-        # The run's inputs for these rows: the same texts (and pairs), tokenised by the same rule and
-        # with token type ids for a model with segment embeddings, batch by batch as they run.
-        texts, pairs = rows.inputs([positions[r] for r in needed])
-        tokens = Tokenized(model.tokenizer, texts, s.max_length, pairs, segments=model.segments)
-        label = f"{name} re-run" if progress else None
-        logits = run_batches(model.forward, model.pad_id, tokens, [[local[r] for r in b] for b in plan], label)
-        if protocol.label_map is not None:
-            logits = protocol.label_map.reorder(logits)  # stored columns are in dataset label order
-        compared = chosen if chosen is not None else list(range(len(positions)))
-        found = logits[[local[r] for r in compared]]
-        if not np.isfinite(found).all():
-            raise JobError(f"The model produced non-finite logits for {name} rows; the resources or the "
-                           "machine are broken, so nothing can be compared.")
-        result = compare_rows(found, theirs.logits[compared])
-        finding.compared[name] = compared
-        finding.identical[name], finding.ulps[name], finding.abs[name] = result.identical, result.ulps, result.abs
-        finding.batches[name] = batches
-    return finding
+        batches = sorted(recorded[name].batches()) if sample is None else sample[name]
+        results[name], counted, differ = _rerun_pool(model, s, protocol.label_map, rows, pools[name].positions,
+                                                     recorded[name], batches, progress)
+        count((counted, differ))
+    order_of = {f: i for i, f in enumerate(INPUT_FIELDS)}
+    differences.sort(key=lambda d: (POOLS.index(d.pool), order_of[d.field]))
+    return Finding(results, {f: checked[f] for f in INPUT_FIELDS if f in checked}, differences)
 
 
 def first_differences(finding: Finding, recorded_idx: dict[str, list[int]]) -> list[dict[str, Any]]:
-    """The first rows that differ, pool by pool in pool order: pool, idx and the row's largest difference."""
+    """The first rows whose logits differ, pool by pool in pool order: pool, idx and the row's largest difference."""
     out: list[dict[str, Any]] = []
     for name in POOLS:
-        for i, pos in enumerate(finding.compared[name]):
-            if not finding.identical[name][i] and len(out) < SHOWN_DIFFERENCES:
-                out.append({"pool": name, "idx": recorded_idx[name][pos], "ulps": int(finding.ulps[name][i]),
-                            "abs": float(finding.abs[name][i])})
+        f = finding.pools[name]
+        for i, pos in enumerate(f.compared):
+            if not f.identical[i] and len(out) < SHOWN_DIFFERENCES:
+                out.append({"pool": name, "idx": recorded_idx[name][pos], "ulps": int(f.ulps[i]),
+                            "abs": float(f.abs[i])})
     return out
 
 
@@ -173,42 +252,70 @@ def _version(name: str) -> str | None:
 
 
 def environment() -> dict[str, Any]:
-    """Where the re-run happened: versions, CPU, threads, image and commit."""
+    """Where the re-run happened: versions, CPU, threads, image, commit and the arithmetic used."""
     import torch
 
     return {"python": platform.python_version(), "torch": _version("torch"),
             "transformers": _version("transformers"), "numpy": _version("numpy"), "cpu_model": cpu_model(),
             "threads": int(torch.get_num_threads()), "image": os.environ.get("CALIBRATION_IMAGE"),
-            "git_commit": git_commit()}
+            "git_commit": git_commit(), "arithmetic": arithmetic_record()}
+
+
+def figures_of(bundle: VerifiedBundle, protocol: Protocol, logits: dict[str, NDArray[np.float32]],
+               labels: dict[str, NDArray[np.int64]]) -> dict[str, Any]:
+    """Every published figure of `bundle` recomputed from these logits and labels (pool -> pool order),
+    and those that differ at their published precision (job.reproduced_figures)."""
+    files = {path: bundle.tree.files[path] for path in TABLE_INPUTS}
+    published = {path: (bundle.json(path) if path in bundle.tree.files else None)
+                 for path in (layout.TEMPERATURE_JSON, layout.METRICS_JSON, layout.POOLS_JSON,
+                              layout.BOOTSTRAP_JSON, layout.STABILITY_JSON)}
+    return recomputed_changes(protocol, {n: bundle.pool(n) for n in POOLS}, logits, labels, files, published)
+
+
+def figures(bundle: VerifiedBundle, protocol: Protocol, finding: Finding) -> dict[str, Any]:
+    """Every published figure recomputed from the reproducer's logits and labels (full mode)."""
+    return figures_of(bundle, protocol, {n: finding.pools[n].logits for n in POOLS},
+                      {n: finding.pools[n].labels for n in POOLS})
 
 
 def predicate(options: ReproduceOptions, protocol: Protocol, resources: Resources, finding: Finding,
-              recorded_idx: dict[str, list[int]], reproducer: str) -> dict[str, Any]:
+              recorded_idx: dict[str, list[int]], reproducer: str, changed: dict[str, Any] | None,
+              signer_arithmetic: dict[str, Any] | None) -> dict[str, Any]:
     """The reproduction predicate (schemas/reproduction.schema.json $defs.predicate)."""
-    worst = max((int(finding.ulps[n].max(initial=0)) for n in POOLS), default=0)
-    worst_abs = max((float(finding.abs[n].max(initial=0.0)) for n in POOLS), default=0.0)
+    tolerance, source = protocol.logit_tolerance
     sampled = options.sample is not None
+    verdict = grade(finding.same == finding.rows, finding.largest_abs, tolerance, finding.predictions_changed,
+                    bool(finding.input_differences))
     return {
-        "verdict": "reproduced" if finding.same == finding.rows else "mismatch",
+        "verdict": verdict,
         "mode": "sample" if sampled else "full",
         "protocol_sha256": protocol.sha256,
         "resources": {role: [{"path": f.path, "sha256": f.sha256} for f in repo.files]
                       for role, repo in (("model", resources.model), ("dataset", resources.dataset))},
-        "rows": {"compared": finding.rows, "identical": finding.same,
-                 "pools": {n: {"count": len(finding.compared[n]),
-                               "idx": [recorded_idx[n][p] for p in finding.compared[n]] if sampled else "all"}
+        "rows": {"compared": finding.rows, "identical": finding.same, "within_tolerance": finding.within(tolerance),
+                 "predictions_changed": finding.predictions_changed,
+                 "pools": {n: {"count": len(finding.pools[n].compared),
+                               "idx": [recorded_idx[n][p] for p in finding.pools[n].compared] if sampled else "all"}
                            for n in POOLS}},
-        "largest_difference": {"ulps": worst, "abs": worst_abs},
+        "tolerance": {"abs": tolerance, "source": source},
+        "largest_difference": {"ulps": finding.largest_ulps, "abs": finding.largest_abs},
         "first_differences": first_differences(finding, recorded_idx),
+        "inputs": {"checked": finding.inputs_checked,
+                   "differing": differing_fields(finding.input_differences),
+                   "first": [d.record() for d in finding.input_differences[:SHOWN_DIFFERENCES]]},
+        "figures": changed,
         "sample": ({"n": options.sample, "seed": options.seed, "generator": layout.REPRODUCTION_GENERATOR,
-                    "batches": {n: finding.batches[n] for n in POOLS}} if sampled else None),
+                    "draw": layout.REPRODUCTION_BATCH_DRAW,
+                    "batches": {n: finding.pools[n].batches for n in POOLS}} if sampled else None),
         "environment": environment(),
+        "signer_arithmetic": signer_arithmetic,
         "reproducer_fingerprint": reproducer,
     }
 
 
 def reproduce(options: ReproduceOptions, resolve: Callable[[Protocol], Resources]) -> int:
-    """Verify, check resources, re-run, compare, attest; returns 0 reproduced or 1 mismatch.
+    """Verify, check resources, re-run, compare, recompute, attest; returns 0 bit-identical or
+    equivalent, 1 mismatch.
 
     `resolve` gives the resources for the bundle's protocol (a lock or the cache). Raises JobError (or
     BundleError) on bad input; then no attestation exists at options.out."""
@@ -222,31 +329,69 @@ def reproduce(options: ReproduceOptions, resolve: Callable[[Protocol], Resources
     protocol = bundle_protocol(bundle)
     resources = resolve(protocol)
     check_resources(bundle.json(layout.RESOURCES_JSON), resources)
-    sizes = [(n, dict(protocol.split.pools)[n]) for n in POOLS]
     sample = None
     if options.sample is not None and options.seed is not None:
-        sample = draw_rows(sizes, options.sample, options.seed)
+        sample = _sampled_batches(bundle, options.sample, options.seed)
     finding = rerun(bundle, protocol, resources, sample, options.progress)
+    changed = figures(bundle, protocol, finding) if sample is None else None
     recorded_idx = {n: bundle.pool(n).idx.tolist() for n in POOLS}
-    doc = predicate(options, protocol, resources, finding, recorded_idx, fingerprint(key))
+    signer = bundle.json(layout.ENVIRONMENT_JSON).get("arithmetic")
+    doc = predicate(options, protocol, resources, finding, recorded_idx, fingerprint(key), changed, signer)
     statement = build_reproduction_statement(
         bundle.statement_sha256, {layout.PREDICTIONS[n]: bundle.sha256(layout.PREDICTIONS[n]) for n in POOLS}, doc)
     write_attestation(options.out, attestation_bytes(statement, key))
     print(summary(doc, options.out))
-    return 0 if doc["verdict"] == "reproduced" else 1
+    return 1 if doc["verdict"] == "mismatch" else 0
+
+
+def _where(doc: dict[str, Any]) -> str:
+    """"on the signer's arithmetic" or "on another CPU" (or another code path), with both named."""
+    signer, mine = doc["signer_arithmetic"], doc["environment"]["arithmetic"]
+    if signer is None:
+        return f"reproduced on {short(mine)} (the bundle does not name its arithmetic)"
+    if same_arithmetic(signer, mine):
+        return f"on the signer's arithmetic ({short(mine)})"
+    return f"on another CPU or code path: signed on {short(signer)}, reproduced on {short(mine)}"
 
 
 def summary(doc: dict[str, Any], out: Path) -> str:
-    """What the re-run found, for the terminal."""
-    rows, worst = doc["rows"], doc["largest_difference"]
+    """What the re-run found, in words, for the terminal: the level reached, then where."""
+    rows, worst, tol = doc["rows"], doc["largest_difference"], doc["tolerance"]["abs"]
     mode = doc["mode"] if doc["sample"] is None else f"sample of {doc['sample']['n']}, seed {doc['sample']['seed']}"
-    if doc["verdict"] == "reproduced":
-        head = (f"reproduced: {rows['compared']} rows compared ({mode}), every one's float32 logits identical "
-                "to the bundle's bit for bit")
+    figs = doc["figures"]
+    if figs is None:
+        fig_words = "published figures not recomputed (a sample)"
+    elif figs["changed"] == 0:
+        fig_words = f"published figures unchanged ({figs['compared']} recomputed)"
     else:
-        first = ", ".join(f"{d['pool']} idx {d['idx']}" for d in doc["first_differences"])
-        head = (f"MISMATCH: {rows['compared'] - rows['identical']} of {rows['compared']} rows differ ({mode}); "
-                f"largest difference {worst['ulps']} ulps, {worst['abs']:.3g} absolute; first rows that "
-                f"differ: {first}")
-    return f"{head}\nattestation written to {out}"
+        listed = "; ".join(f"{c['figure']} {c['from']} -> {c['to']}" for c in figs["listed"][:5])
+        fig_words = f"{figs['changed']} of {figs['compared']} published figures changed ({listed})"
+    if doc["verdict"] == "bit-identical":
+        head = (f"bit-identical: {rows['compared']} rows compared ({mode}), every float32 logit the bundle's "
+                f"bit for bit; {fig_words}")
+    elif doc["verdict"] == "equivalent":
+        head = (f"equivalent: {rows['compared']} rows compared ({mode}), every logit within {short_number(tol)} "
+                f"(largest {short_number(worst['abs'])}, {worst['ulps']} ulps), predictions unchanged; {fig_words}")
+    else:
+        head = f"MISMATCH: {'; '.join(mismatch_reasons(doc))}; {fig_words}"
+    return f"{head}\n{_where(doc)}\nattestation written to {out}"
 
+
+def mismatch_reasons(doc: dict[str, Any]) -> list[str]:
+    """Why a reproduction is a mismatch, most telling first: inputs, then predictions, then logits."""
+    rows, worst, tol = doc["rows"], doc["largest_difference"], doc["tolerance"]["abs"]
+    out = []
+    for field, count in doc["inputs"]["differing"].items():
+        first = next(d for d in doc["inputs"]["first"] if d["field"] == field) if any(
+            d["field"] == field for d in doc["inputs"]["first"]) else None
+        example = f" (first: {first['pool']} idx {first['idx']}: bundle {first['bundle']!r}, data {first['found']!r})" \
+            if first else ""
+        out.append(f"{count} rows' {field} differ from the pinned data{example}")
+    if rows["predictions_changed"]:
+        out.append(f"{rows['predictions_changed']} rows' predicted class changed")
+    beyond = rows["compared"] - rows["within_tolerance"]
+    if beyond:
+        first = ", ".join(f"{d['pool']} idx {d['idx']}" for d in doc["first_differences"])
+        out.append(f"{beyond} of {rows['compared']} rows differ beyond the tolerance {short_number(tol)} (largest "
+                   f"{short_number(worst['abs'])} absolute, {worst['ulps']} ulps; first rows that differ: {first})")
+    return out

@@ -36,6 +36,8 @@ class RecordedPool:
     logits: NDArray[np.float32]  # [n, K], exactly as stored
     token_count: NDArray[np.int64]
     batch: NDArray[np.int64]
+    label: NDArray[np.int64]
+    truncated: NDArray[np.bool_]
 
     def batches(self) -> dict[int, list[int]]:
         """Recorded batch -> its rows (pool positions) in the order they ran: token count descending,
@@ -83,6 +85,8 @@ class VerifiedBundle:
             logits=np.ascontiguousarray(logits, dtype=np.float32),
             token_count=table.column("token_count").to_numpy().astype(np.int64),
             batch=table.column("batch").to_numpy().astype(np.int64),
+            label=table.column("label").to_numpy().astype(np.int64),
+            truncated=np.asarray(table.column("truncated").to_numpy(zero_copy_only=False), dtype=np.bool_),
         )
 
 

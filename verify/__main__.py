@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a reproduction attestation (python -m job reproduce) to check; repeatable")
     p.add_argument("--trusted-reproducer", metavar="PUB.pem", action="append", default=[],
                    help="an Ed25519 public key whose reproduction attestations count; repeatable")
+    p.add_argument("--require-bit-identical", action="store_true",
+                   help="count a reproduction only when its logits are the bundle's bit for bit, not "
+                        "merely equivalent within the protocol's tolerance")
     return p
 
 
@@ -98,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         attestations = tuple(reproduction.load_attestation(a) for a in args.reproduction)
         reproducers = tuple(signature.load_trusted_key(k) for k in args.trusted_reproducer)
         outcome = verify_path(args.bundle, trust, expected_protocol_sha256=expected,
-                              attestations=attestations, reproducers=reproducers)
+                              attestations=attestations, reproducers=reproducers,
+                              require_bit_identical=args.require_bit_identical)
     except InputError as exc:
         _say(str(exc))
         return EXIT_UNREADABLE

@@ -33,9 +33,11 @@ class Outcome:
 def verify_path(path: Path, trust: Trust | None = None, *,
                 expected_protocol_sha256: str | None = None,
                 attestations: tuple[Attestation, ...] = (),
-                reproducers: tuple[Ed25519PublicKey, ...] = ()) -> Outcome:
+                reproducers: tuple[Ed25519PublicKey, ...] = (),
+                require_bit_identical: bool = False) -> Outcome:
     """Run every check on the bundle at `path`, and on each reproduction attestation given (counted
-    only when signed by one of `reproducers`). Raises InputError when it cannot be read at all."""
+    only when signed by one of `reproducers`; only a bit-identical one when `require_bit_identical`).
+    Raises InputError when it cannot be read at all."""
     trust = trust or Trust()
     start = time.perf_counter()
     path = Path(path)
@@ -51,7 +53,8 @@ def verify_path(path: Path, trust: Trust | None = None, *,
             except Failed as exc:
                 prelude.append(Check("archive.safe", "archive extracts safely", "fail", str(exc)))
             result = verify_tree(tree, trust, expected_protocol_sha256=expected_protocol_sha256,
-                                 prelude=prelude, attestations=attestations, reproducers=reproducers)
+                                 prelude=prelude, attestations=attestations, reproducers=reproducers,
+                                 require_bit_identical=require_bit_identical)
         kind = "archive"
     else:
         prelude = []
@@ -62,7 +65,8 @@ def verify_path(path: Path, trust: Trust | None = None, *,
             prelude.append(Check("bag.layout", "only tag files and data/, no links", "fail",
                                  str(exc)))
         result = verify_tree(tree, trust, expected_protocol_sha256=expected_protocol_sha256,
-                             prelude=prelude, attestations=attestations, reproducers=reproducers)
+                             prelude=prelude, attestations=attestations, reproducers=reproducers,
+                                 require_bit_identical=require_bit_identical)
         kind = "folder"
     return Outcome(str(path), kind, trust, result.checks, exit_code(result.checks),
                    time.perf_counter() - start, result.signer_fingerprint, result.notes,

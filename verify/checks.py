@@ -174,7 +174,7 @@ CONTENT: tuple[Entry | Group, ...] = (
         Entry("reproduction.{n}.signed", "attestation {n} signed by a trusted reproducer",
               reproduction.signed),
         Entry("reproduction.{n}.subjects", "attestation {n} is about this bundle", reproduction.subjects),
-        Entry("reproduction.{n}.reproduced", "attestation {n} reproduced every compared row",
+        Entry("reproduction.{n}.reproduced", "attestation {n} is bit-identical or equivalent",
               reproduction.reproduced),
     ), when=reproduction.wanted, each=reproduction.each_attestation),
 )
@@ -279,7 +279,8 @@ def verify_tree(tree: BagTree | None, trust: Trust, *,
                 expected_protocol_sha256: str | None = None,
                 prelude: list[Check] | None = None, fail_fast: bool = False,
                 attestations: tuple[Attestation, ...] = (),
-                reproducers: tuple[Ed25519PublicKey, ...] = ()) -> Verification:
+                reproducers: tuple[Ed25519PublicKey, ...] = (),
+                require_bit_identical: bool = False) -> Verification:
     """Run every check on a bag read into memory; return the report lines in order.
 
     Authenticate before parsing: the AUTHENTICATION checks run first, and once one of them (or
@@ -289,7 +290,8 @@ def verify_tree(tree: BagTree | None, trust: Trust, *,
     fail_fast stops at the first failed check (the verdict is the same: rejected); the fuzz
     tests use it to try many tampered bags quickly."""
     ctx = Context(tree=tree, trust=trust, expected_protocol_sha256=expected_protocol_sha256,
-                  attestations=attestations, reproducers=reproducers)
+                  attestations=attestations, reproducers=reproducers,
+                  require_bit_identical=require_bit_identical)
     runner = Runner(fail_fast)
     runner.checks.extend(prelude or [])
     runner.run_table(ctx, AUTHENTICATION, gate=True)

@@ -75,6 +75,8 @@ class Context:
     """The keys whose reproduction attestations count (--trusted-reproducer)."""
     reproductions: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Attestation number -> what its checks established so far (signer, statement, verdict)."""
+    require_bit_identical: bool = False
+    """--require-bit-identical: only a `bit-identical` reproduction passes, not an `equivalent` one."""
 
     def need(self, value: T | None, what: str) -> T:
         """`value`, or Skipped when the earlier check that sets it did not pass."""

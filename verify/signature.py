@@ -75,15 +75,17 @@ MAX_SIGNATURES: Final = 100
 """An envelope with more signatures than this is refused before any is tried."""
 
 
-def parse_envelope(data: bytes) -> Envelope:
-    """The envelope's exact shape (DSSE v1 as FORMAT.md writes it), one or more signatures."""
+def parse_envelope(data: bytes, source: str = layout.PROVENANCE) -> Envelope:
+    """The envelope's exact shape (DSSE v1 as FORMAT.md writes it), one or more signatures.
+
+    `source` names the file in messages: the bundle's envelope, or an attestation given by path."""
     try:
-        env = loads_strict(data, source=layout.PROVENANCE)
+        env = loads_strict(data, source=source)
     except CanonicalJSONError as exc:
         raise Failed(str(exc)) from exc
     if not isinstance(env, dict) or set(env) != {"payload", "payloadType", "signatures"}:
         keys = sorted(env) if isinstance(env, dict) else type(env).__name__
-        raise Failed(f"{layout.PROVENANCE} has {keys}, expected a DSSE envelope with exactly "
+        raise Failed(f"{source} has {keys}, expected a DSSE envelope with exactly "
                      "payload, payloadType and signatures.")
     if env["payloadType"] != layout.PAYLOAD_TYPE:
         raise Failed(f"payloadType is {env['payloadType']!r}, expected {layout.PAYLOAD_TYPE!r}.")

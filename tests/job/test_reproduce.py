@@ -1,6 +1,7 @@
-"""Re-execution: `python -m job reproduce` re-runs a bundle's inference and signs what it found, and
-`python -m verify --reproduction` counts an attestation only when a trusted reproducer says this very
-bundle's logits were reproduced bit for bit. Everything runs on the tiny generated fixtures."""
+"""Re-execution: `python -m job reproduce` re-runs a bundle's inference, re-derives every row's inputs
+and signs the level it reached (bit-identical, equivalent or mismatch), and `python -m verify
+--reproduction` counts an attestation only when a trusted reproducer says this very bundle reproduced
+at a passing level. Everything runs on the tiny generated fixtures."""
 
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ from bundle.keys import generate, load_private_key
 from job.cli import main as job_main
 from job.logit_compare import compare_rows, ulps_apart
 from job.predictions import PoolOutput
-from job.spot_sample import draw_rows
+from job.spot_sample import draw_batches, draw_rows
 from tests.factory import edited_json
 from verify.__main__ import main as verify_main
+from verify.reproduction import draw_batches as verifier_draw_batches
 from verify.reproduction import draw_rows as verifier_draw_rows
 
 
@@ -102,14 +104,23 @@ def test_a_genuine_bundle_reproduces_in_full_and_the_verifier_counts_it(
         capsys: pytest.CaptureFixture[str]) -> None:
     doc = statement(full)
     p = doc["predicate"]
-    assert (p["verdict"], p["mode"], p["rows"]["compared"], p["rows"]["identical"]) == ("reproduced", "full", 40, 40)
+    assert (p["verdict"], p["mode"], p["rows"]["compared"], p["rows"]["identical"]) == ("bit-identical", "full", 40, 40)
     assert p["largest_difference"] == {"ulps": 0, "abs": 0.0} and p["sample"] is None
+    assert p["rows"]["within_tolerance"] == 40 and p["rows"]["predictions_changed"] == 0
+    assert p["tolerance"] == {"abs": 1e-4, "source": "protocol"}  # the repository protocol pre-registers it
+    assert p["inputs"] == {"checked": {"idx": 40, "text_sha256": 40, "label": 40, "token_count": 40,
+                                       "truncated": 40}, "differing": {}, "first": []}
+    assert p["figures"]["changed"] == 0 and p["figures"]["listed"] == [] and p["figures"]["compared"] > 100
+    signer = json.loads((tiny_bundle / "data" / "environment.json").read_bytes())["arithmetic"]
+    assert p["signer_arithmetic"] == signer and p["environment"]["arithmetic"]["aten_capability"]
     envelope = json.loads((tiny_bundle / "provenance.intoto.json").read_bytes())
     payload_sha = hashlib.sha256(base64.b64decode(envelope["payload"])).hexdigest()
     assert {s["name"]: s["digest"]["sha256"] for s in doc["subject"]}["provenance.intoto.json#payload"] == payload_sha
     code, out = verify(tiny_bundle, signing_key_dir, capsys, "--reproduction", str(full),
                        "--trusted-reproducer", str(reproducer / "signing-key.pub.pem"))
     assert code == 0, out
+    assert "PASS    reproduction.1.reproduced" in out and "bit-identical: 40 rows compared (full: every row)" in out
+    assert "signed on " in out and ", reproduced on " in out and "published figures unchanged" in out
     assert out.rstrip().endswith("Assurance: signed by a trusted key and intact; every figure recomputed from the "
                                  "logits; logits reproduced bit for bit by 1 trusted party (full: 40 rows)")
 
@@ -125,12 +136,14 @@ def test_a_sampled_reproduction_of_the_archive_runs_only_the_batches_holding_its
     assert reproduce(tar, att, reproducer, tiny_world[1], "--sample", "3", "--seed", "11") == 0
     assert hashlib.sha256(tar.read_bytes()).hexdigest() == before  # only read
     p = statement(att)["predicate"]
-    assert p["mode"] == "sample" and p["rows"]["compared"] == 3 and p["sample"]["seed"] == 11
-    assert sum(len(b) for b in p["sample"]["batches"].values()) < 4  # 2 batches of 16 + 4 per pool: not all
+    assert p["mode"] == "sample" and p["sample"]["seed"] == 11 and p["sample"]["draw"] == "batches"
+    ran = p["sample"]["batches"]
+    assert sum(len(b) for b in ran.values()) == 1  # one whole batch (4 or 16 rows) holds 3 rows
+    assert p["rows"]["compared"] in (4, 16) and p["verdict"] == "bit-identical" and p["figures"] is None
     code, out = verify(tar, signing_key_dir, capsys, "--reproduction", str(full), "--reproduction", str(att),
                        "--trusted-reproducer", str(reproducer / "signing-key.pub.pem"))
     assert code == 0, out
-    assert "by 1 trusted party (full: 40 rows; sampled: 3 rows)" in out
+    assert f"by 1 trusted party (full: 40 rows; sampled: {p['rows']['compared']} rows)" in out
 
 
 def test_a_signer_who_altered_logits_passes_verification_but_not_reproduction(
@@ -143,14 +156,21 @@ def test_a_signer_who_altered_logits_passes_verification_but_not_reproduction(
     capsys.readouterr()
     assert reproduce(altered, att, reproducer, tiny_world[1]) == 1
     said = capsys.readouterr().out
-    assert "MISMATCH: 3 of 40 rows differ" in said and "audit idx" in said and "ulps" in said
+    assert said.startswith("MISMATCH: ") and "3 of 40 rows differ beyond the tolerance 1e-4" in said
+    assert "audit idx" in said and "ulps" in said
     p = statement(att)["predicate"]
     assert p["verdict"] == "mismatch" and p["rows"]["identical"] == 37 and p["largest_difference"]["abs"] > 0.7
+    assert p["rows"]["within_tolerance"] == 37 and p["inputs"]["differing"] == {}
     assert {d["pool"] for d in p["first_differences"]} == {"audit"} and len(p["first_differences"]) == 3
+    # the audit figures the signer published came from the edited logits: the reproducer's differ
+    changed = {c["figure"] for c in p["figures"]["listed"]}
+    assert p["figures"]["changed"] > 0 and any(f.startswith("metrics-audit/") for f in changed)
+    assert not any(f.startswith(("metrics-calibration/", "temperature/")) for f in changed)
     code, out = verify(altered, signing_key_dir, capsys, "--reproduction", str(att),
                        "--trusted-reproducer", str(reproducer / "signing-key.pub.pem"))
     assert code == 1
-    assert "FAIL    reproduction.1.reproduced" in out and "3 of 40 rows differing" in out
+    assert "FAIL    reproduction.1.reproduced" in out and "mismatch (full, 40 rows compared" in out
+    assert "3 of 40 rows differing" in out and "published figures changed" in out
 
 
 def test_a_resource_with_another_hash_is_refused_before_any_inference(
@@ -246,6 +266,10 @@ def test_a_tampered_predicate_fails(full: Path, tiny_bundle: Path, signing_key_d
 
     cases = [
         (lambda d: d["predicate"].update(verdict="mismatch"), "reproduction.1.reproduced"),
+        (lambda d: d["predicate"].update(verdict="equivalent", tolerance={"abs": 0.5, "source": "protocol"}),
+         "reproduction.1.reproduced"),  # a tolerance of its own choosing
+        (lambda d: d["predicate"]["rows"].update(predictions_changed=1), "reproduction.1.reproduced"),
+        (lambda d: d["predicate"].update(figures=None), "reproduction.1.reproduced"),  # full without figures
         (lambda d: d["predicate"].update(protocol_sha256="ab" * 32), "reproduction.1.subjects"),
         (lambda d: d["predicate"].update(extra=True), "reproduction.1.signed"),  # schema: closed
         (sample_of_my_choosing, "reproduction.1.reproduced"),
@@ -264,7 +288,19 @@ def d_idx(bundle: Path, pool: str) -> int:
 
 
 @pytest.mark.parametrize("seed", [0, 1, 7, 2**40])
-def test_the_job_and_the_verifier_draw_the_same_sample(seed: int) -> None:
+def test_the_job_and_the_verifier_draw_the_same_batches(seed: int) -> None:
+    sizes = [("calibration", [16] * 16), ("audit", [16] * 22 + [8])]
+    job_draw = draw_batches(sizes, 32, seed)
+    assert [job_draw["calibration"], job_draw["audit"]] == verifier_draw_batches([s for _, s in sizes], 32, seed)
+    assert sum(len(v) for v in job_draw.values()) == 2  # two batches of 16 hold 32 rows
+    assert all(v == sorted(set(v)) for v in job_draw.values())
+    small = draw_batches([("calibration", [4, 4]), ("audit", [16])], 5, seed)
+    held = sum(4 for _ in small["calibration"]) + 16 * len(small["audit"])
+    assert held >= 5 and held - (16 if small["audit"] else 4) < 5  # stops at the first batch reaching n
+
+
+@pytest.mark.parametrize("seed", [0, 1, 7, 2**40])
+def test_the_job_and_the_verifier_draw_the_same_rows_of_earlier_attestations(seed: int) -> None:
     sizes = [("calibration", 256), ("audit", 360)]
     job_draw = draw_rows(sizes, 32, seed)
     assert [job_draw["calibration"], job_draw["audit"]] == verifier_draw_rows([256, 360], 32, seed)

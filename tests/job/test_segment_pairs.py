@@ -75,7 +75,7 @@ def test_the_pair_bundle_verifies_and_reproduces_bit_for_bit(pair_run, signing_k
                      str(reproducer / "signing-key.pem"), "--resources", str(lock), "--no-progress"]) == 0
     predicate = json.loads(base64.b64decode(json.loads(att.read_bytes())["payload"]))["predicate"]
     assert (predicate["verdict"], predicate["rows"]["compared"], predicate["rows"]["identical"]) == \
-        ("reproduced", 54, 54)
+        ("bit-identical", 54, 54)
     capsys.readouterr()
     code = verify_main([str(bundle), "--trusted-key", str(signing_key_dir / "signing-key.pub.pem"),
                         "--reproduction", str(att), "--trusted-reproducer", str(reproducer / "signing-key.pub.pem")])
