@@ -152,8 +152,11 @@ def _derived_inputs(rows: Rows, positions: tuple[int, ...]) -> dict[str, Any]:
 
 
 def _recorded_inputs(pool: RecordedPool) -> dict[str, Any]:
-    return {"idx": pool.idx.tolist(), "text_sha256": list(pool.text_sha256), "label": pool.label.tolist(),
-            "token_count": pool.token_count.tolist(), "truncated": pool.truncated.tolist()}
+    recorded = {"idx": pool.idx.tolist(), "text_sha256": list(pool.text_sha256), "label": pool.label.tolist(),
+                "token_count": pool.token_count.tolist(), "truncated": pool.truncated.tolist()}
+    if pool.full_token_count is not None:  # bundles written before the column have none to compare
+        recorded["full_token_count"] = pool.full_token_count.tolist()
+    return recorded
 
 
 def _rerun_pool(model: Model, s: Settings, label_map: LabelMap | None, rows: Rows, positions: tuple[int, ...],
@@ -170,7 +173,8 @@ def _rerun_pool(model: Model, s: Settings, label_map: LabelMap | None, rows: Row
     texts, pairs = rows.inputs([positions[r] for r in needed])
     tokens = Tokenized(model.tokenizer, texts, s.max_length, pairs, segments=model.segments)
     mine = {"token_count": {r: int(tokens.lengths[local[r]]) for r in needed},
-            "truncated": {r: bool(tokens.truncated[local[r]]) for r in needed}}
+            "truncated": {r: bool(tokens.truncated[local[r]]) for r in needed},
+            "full_token_count": {r: int(tokens.full_lengths[local[r]]) for r in needed}}
     checked, differences = input_differences(theirs.name, needed, _recorded_inputs(theirs), mine)
     logits = np.full(theirs.logits.shape, np.nan, dtype=np.float32)
     if needed:

@@ -57,7 +57,8 @@ def _stage_docs(protocol: Protocol, recorded: Mapping[str, RecordedPool], logits
     for path in TABLE_INPUTS:
         art.write_bytes(path, files[path])
     for name, pool in recorded.items():
-        out = PoolOutput(logits[name], pool.token_count, pool.truncated, pool.batch)
+        full = pool.token_count if pool.full_token_count is None else pool.full_token_count
+        out = PoolOutput(logits[name], pool.token_count, pool.truncated, pool.batch, full)
         art.write_table(layout.PREDICTIONS[name], predictions_table(
             pool.idx, pool.split_key, pool.text_sha256, labels[name], out))
     z32, y = read_logits(art.path(layout.PREDICTIONS[CALIBRATION]))
@@ -67,7 +68,7 @@ def _stage_docs(protocol: Protocol, recorded: Mapping[str, RecordedPool], logits
     docs[layout.TEMPERATURE_JSON] = temperature_record(protocol, fit, len(y),
                                                        art.digest(layout.PREDICTIONS[CALIBRATION]))
     art.write_json(layout.TEMPERATURE_JSON, docs[layout.TEMPERATURE_JSON])
-    docs[layout.METRICS_JSON] = metrics_record(protocol, art, fit.beta)
+    docs[layout.METRICS_JSON] = metrics_record(protocol, art, fit.beta, docs[layout.TEMPERATURE_JSON])
     art.write_json(layout.METRICS_JSON, docs[layout.METRICS_JSON])
     docs[layout.BOOTSTRAP_JSON] = (bootstrap_record(protocol.bootstrap, protocol.sha256, data)
                                    if protocol.bootstrap is not None else None)

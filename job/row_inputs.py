@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-INPUT_FIELDS = ("idx", "text_sha256", "label", "token_count", "truncated")
+INPUT_FIELDS = ("idx", "text_sha256", "label", "token_count", "truncated", "full_token_count")
 """The dataset-derived columns of a predictions table, in the order a difference is reported."""
 
 

@@ -38,6 +38,7 @@ class RecordedPool:
     batch: NDArray[np.int64]
     label: NDArray[np.int64]
     truncated: NDArray[np.bool_]
+    full_token_count: NDArray[np.int64] | None  # None in bundles written before the column existed
 
     def batches(self) -> dict[int, list[int]]:
         """Recorded batch -> its rows (pool positions) in the order they ran: token count descending,
@@ -87,6 +88,8 @@ class VerifiedBundle:
             batch=table.column("batch").to_numpy().astype(np.int64),
             label=table.column("label").to_numpy().astype(np.int64),
             truncated=np.asarray(table.column("truncated").to_numpy(zero_copy_only=False), dtype=np.bool_),
+            full_token_count=(table.column("full_token_count").to_numpy().astype(np.int64)
+                              if "full_token_count" in table.column_names else None),
         )
 
 

@@ -158,7 +158,7 @@ def build(out: Path, key: Ed25519PrivateKey, shape: Shape, seed: int = 0) -> Pat
         tokens = rng.integers(4, 60, n)
         keys = [e["split_key"] for e in entries]
         output = PoolOutput(z, tokens, np.zeros(n, dtype=bool),
-                            _batches(keys, tokens, protocol.inference["batch_size"]))
+                            _batches(keys, tokens, protocol.inference["batch_size"]), tokens)
         path = layout.PREDICTIONS[name]
         art.write_table(path, predictions_table(np.array([e["idx"] for e in entries]), tuple(keys),
                                                 tuple(e["text_sha256"] for e in entries), y, output))
@@ -168,7 +168,8 @@ def build(out: Path, key: Ed25519PrivateKey, shape: Shape, seed: int = 0) -> Pat
                                 art.pick(path)))
             f = protocol.fit
             fit = fit_temperature(z.astype(np.float64), y.astype(np.int64), f.t_min, f.t_max, f.steps)
-            art.write_json(layout.TEMPERATURE_JSON, temperature_record(protocol, fit, n, art.digest(path)))
+            temperature = temperature_record(protocol, fit, n, art.digest(path))
+            art.write_json(layout.TEMPERATURE_JSON, temperature)
             art.write_json(layout.TRAJECTORY_JSON, trajectory_record(protocol, fit))
             stages.append(stage(protocol, "fit", art.pick(path),
                                 art.pick(layout.TEMPERATURE_JSON, layout.TRAJECTORY_JSON)))
@@ -179,7 +180,7 @@ def build(out: Path, key: Ed25519PrivateKey, shape: Shape, seed: int = 0) -> Pat
         del z, output
     assert fit is not None
     del pools
-    art.write_json(layout.METRICS_JSON, metrics_record(protocol, art, fit.beta))
+    art.write_json(layout.METRICS_JSON, metrics_record(protocol, art, fit.beta, temperature))
     stages.append(stage(protocol, "metrics", art.pick(layout.TEMPERATURE_JSON, *layout.PREDICTIONS.values()),
                         art.pick(layout.METRICS_JSON)))
     assert protocol.bootstrap is not None and protocol.stability is not None

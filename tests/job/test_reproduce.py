@@ -109,7 +109,7 @@ def test_a_genuine_bundle_reproduces_in_full_and_the_verifier_counts_it(
     assert p["rows"]["within_tolerance"] == 40 and p["rows"]["predictions_changed"] == 0
     assert p["tolerance"] == {"abs": 1e-4, "source": "protocol"}  # the repository protocol pre-registers it
     assert p["inputs"] == {"checked": {"idx": 40, "text_sha256": 40, "label": 40, "token_count": 40,
-                                       "truncated": 40}, "differing": {}, "first": []}
+                                       "truncated": 40, "full_token_count": 40}, "differing": {}, "first": []}
     assert p["figures"]["changed"] == 0 and p["figures"]["listed"] == [] and p["figures"]["compared"] > 100
     signer = json.loads((tiny_bundle / "data" / "environment.json").read_bytes())["arithmetic"]
     assert p["signer_arithmetic"] == signer and p["environment"]["arithmetic"]["aten_capability"]

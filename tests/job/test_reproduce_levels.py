@@ -125,7 +125,7 @@ def margins_edited(tiny_world: tuple[Path, Path], signing_key_dir: Path,
                 return out
             logits = out.logits.copy()
             logits[:EDITED, 0] += np.float32(0.75)
-            return PoolOutput(logits, out.token_count, out.truncated, out.batch)
+            return PoolOutput(logits, out.token_count, out.truncated, out.batch, out.full_token_count)
         return edited
 
     return _run_edited(tiny_world, signing_key_dir, tmp_path_factory.mktemp("edited") / "run", "run_pool", edit)

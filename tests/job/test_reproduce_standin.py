@@ -86,7 +86,7 @@ def test_three_edited_margins_are_a_mismatch_under_avx2(tmp_path: Path, signing_
         logits = out.logits.copy()
         top = logits[:3].argmax(axis=1)
         logits[np.arange(3), top] += np.float32(0.05)  # a wider margin, the same prediction
-        return PoolOutput(logits, out.token_count, out.truncated, out.batch)
+        return PoolOutput(logits, out.token_count, out.truncated, out.batch, out.full_token_count)
 
     bundle = tmp_path / "bundle"
     mp = pytest.MonkeyPatch()
