@@ -194,8 +194,14 @@ def _archive(bag: Path, out: Path, extra: Callable[[Any], None] | None = None) -
     """`bag` as a .tar.gz; `extra(tar)` may add members after the bag's."""
     import tarfile
 
-    with tarfile.open(out, "w:gz", compresslevel=1) as tar:
-        tar.add(bag, arcname=bag.name)
+    def normalise(info: tarfile.TarInfo) -> tarfile.TarInfo:  # what `bundle archive` writes
+        info.mode = 0o755 if info.isdir() else 0o644
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        return info
+
+    with tarfile.open(out, "w:gz", compresslevel=1, format=tarfile.USTAR_FORMAT) as tar:
+        tar.add(bag, arcname=bag.name, filter=normalise)
         if extra is not None:
             extra(tar)
     return out
