@@ -10,13 +10,13 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from bundle import keys
 from bundle.archive import archive
 from bundle.cosign import cosign
 from bundle.digests import sha256_file
 from bundle.errors import BundleError
+from bundle.terminal import finish_stdout, nonempty_path, tolerant_stdio
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,16 +32,16 @@ def _parser() -> argparse.ArgumentParser:
         f"{keys.PASSPHRASE_ENV} is set, the private key is "
         "encrypted with it.",
     )
-    keygen.add_argument("--out", required=True, type=Path, metavar="DIR")
+    keygen.add_argument("--out", required=True, type=nonempty_path, metavar="DIR")
     arch = sub.add_parser(
         "archive",
         help="write a deterministic .tar.gz of a bundle",
         description="Archive a bundle directory; prints the path and sha256.",
     )
-    arch.add_argument("bundle", type=Path, metavar="BUNDLE")
+    arch.add_argument("bundle", type=nonempty_path, metavar="BUNDLE")
     arch.add_argument(
         "--out",
-        type=Path,
+        type=nonempty_path,
         metavar="FILE",
         default=None,
         help="archive path (default: BUNDLE.tar.gz beside the bundle)",
@@ -53,13 +53,21 @@ def _parser() -> argparse.ArgumentParser:
         "untouched) and update its tag manifests; prints the new signer's fingerprint. "
         f"An encrypted key is decrypted with {keys.PASSPHRASE_ENV}.",
     )
-    co.add_argument("bundle", type=Path, metavar="BUNDLE")
-    co.add_argument("--signing-key", required=True, type=Path, metavar="KEY.pem")
+    co.add_argument("bundle", type=nonempty_path, metavar="BUNDLE")
+    co.add_argument("--signing-key", required=True, type=nonempty_path, metavar="KEY.pem")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
+    tolerant_stdio()
+    try:
+        return _main(argv)
+    finally:
+        finish_stdout()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "keygen":
