@@ -16,8 +16,10 @@ from bundle.errors import BundleError
 
 KEY_FILE_BYTES: Final = 64 * 1024
 """A PEM key is a few hundred bytes (an encrypted one under 1 KiB)."""
+PROTOCOL_BYTES: Final = 1024 * 1024
+"""A protocol: the cap a verifier puts on data/protocol.json, so no run writes one it refuses."""
 DOCUMENT_BYTES: Final = 4 * 1024 * 1024
-"""A protocol, a resource lock or a pin file: kilobytes in practice."""
+"""A resource lock or a pin file: kilobytes in practice."""
 
 
 def _why(exc: OSError) -> str:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bundle.userfile import PROTOCOL_BYTES
 from job.dataset import DatasetSpec
 from job.documents import read_checked
 from job.errors import JobError
@@ -174,5 +175,5 @@ def require_verifiable(doc: dict[str, Any]) -> None:
 
 def load_protocol(path: Path = DEFAULT_PROTOCOL) -> Protocol:
     """Read, parse and schema-validate the protocol; its hash is fixed here, before inference."""
-    raw, doc = read_checked(path, "protocol", "protocol", "--protocol")
+    raw, doc = read_checked(path, "protocol", "protocol", "--protocol", PROTOCOL_BYTES)
     return Protocol.from_bytes(raw, doc)

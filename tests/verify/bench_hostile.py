@@ -11,6 +11,7 @@ rejection under 2 s and 300 MB; the genuine bundle as fast as before."""
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -68,13 +69,26 @@ def main() -> int:
         print(f"{'bundle':<26} {'exit':>4} {'wall s':>7} {'peak MB':>8}")
         code, wall, rss = run(genuine, pub)
         print(f"{'genuine':<26} {code:>4} {wall:>7.2f} {rss:>8.0f}", flush=True)
+        rejections: list[tuple[str, int, float, float]] = []
         for name, build in HOSTILE.items():
             if args.only and name not in args.only:
                 continue
             target = build(copy_bag(genuine, work / name / "bag"), keys, args.scale)
             code, wall, rss = run(target, pub)
+            rejections.append((name, code, wall, rss))
             print(f"{name:<26} {code:>4} {wall:>7.2f} {rss:>8.0f}", flush=True)
-    return 0
+            shutil.rmtree(work / name)
+    if not rejections:
+        return 0
+    slowest = max(rejections, key=lambda r: r[2])
+    largest = max(rejections, key=lambda r: r[3])
+    accepted = [r[0] for r in rejections if r[1] in (0, 3)]
+    print(f"slowest rejection: {slowest[0]} {slowest[2]:.2f} s; largest: {largest[0]} "
+          f"{largest[3]:.0f} MB; targets 2 s and 300 MB "
+          f"{'met' if slowest[2] < 2 and largest[3] < 300 else 'NOT met'}")
+    if accepted:
+        print(f"ACCEPTED (should be rejected): {', '.join(accepted)}")
+    return 1 if accepted or slowest[2] >= 2 or largest[3] >= 300 else 0
 
 
 if __name__ == "__main__":
