@@ -251,3 +251,18 @@ def test_every_accepted_archive_extracts_identically_with_gnu_tar(tmp_path: Path
         shutil.rmtree(theirs, ignore_errors=True)
         case.unlink()
     assert accepted >= 100 and refused >= 200, (accepted, refused)
+
+
+def test_no_archive_byte_reaches_tarfile() -> None:
+    """The verifier and the job's reproduce path never import tarfile (its pax and GNU parsers
+    are what the strict reader replaces)."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2]
+    for path in [*(root / "verify").glob("*.py"), root / "job" / "verified_bundle.py"]:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                    for alias in node.names}
+        imported |= {node.module or "" for node in ast.walk(tree)
+                     if isinstance(node, ast.ImportFrom)}
+        assert "tarfile" not in imported, path
