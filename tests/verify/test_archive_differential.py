@@ -119,6 +119,66 @@ def test_named_attack_refused_by_verify_and_reproduce(name: str, genuine: Path, 
         load_verified(hostile)
 
 
+def _small(parts: list[bytes], path: Path, tail: bytes | None = None) -> Path:
+    path.write_bytes(_gzip(b"".join(parts) + (end_blocks() if tail is None else tail)))
+    return path
+
+
+_ROOT = header("run/", kind=b"5")
+
+
+@pytest.mark.parametrize(("parts", "tail", "words"), [
+    ([_ROOT, member("run/a", b"x"), member("run/A", b"y")], None, "only in case"),
+    ([_ROOT, member("run/caf\u00e9", b"x"), member("run/cafe\u0301", b"y")], None, "Unicode form"),
+    ([_ROOT, member("run/a", b"x"), member("run/a/b", b"y")], None, "not a folder"),
+    ([_ROOT, member("run/a/b", b"x"), member("run/a", b"y")], None, "already has a folder"),
+    ([_ROOT, header("run/d/", kind=b"5"), header("run/d/", kind=b"5")], None, "appears twice"),
+    ([_ROOT, member("run/./a", b"x")], None, "'.' path component"),
+    ([_ROOT, member("run//a", b"x")], None, "'.' path component"),
+    ([_ROOT, header("run/d", kind=b"5")], None, "lacks a '/'"),
+    ([_ROOT, member("run/a", b"x", mode=0o4755)], None, "mode 4755"),
+    ([_ROOT, member("run/a", b"x", uid=1000)], None, "owner"),
+    ([_ROOT, member("run/a", b"x", linkname=b"run/b")], None, "link name"),
+    ([_ROOT, member("run/a", b"x", magic=b"ustar  \x00")], None, "not a POSIX ustar header"),
+    ([_ROOT, member("run/a", b"x", raw={124: b"0000000000x\x00"})], None, "not plain octal"),
+    ([_ROOT, member("run/a", b"x", raw={124: b"\x80" + bytes(10) + b"\x01"})], None,
+     "not plain octal"),
+    ([_ROOT, member("run/a", b"x", raw={0: b"run/a\x00junk"})], None, "after the NUL"),
+    ([_ROOT, member("run/a", b"x")], bytes(BLOCK) + member("run/b", b"y") + end_blocks(),
+     "lone zero block"),
+    ([_ROOT, member("run/a", b"x")], end_blocks() + b"\x01", "non-zero data"),
+    ([_ROOT, member("run/a", b"x")], end_blocks() + bytes(100), "512-byte block"),
+])
+def test_refusals_name_what_is_wrong(parts: list[bytes], tail: bytes | None, words: str,
+                                     tmp_path: Path) -> None:
+    message = _ours(_small(parts, tmp_path / "a.tar.gz", tail), tmp_path / "ours")
+    assert message is not None and words in message, message
+
+
+@pytest.mark.parametrize(("case", "words"), [
+    ("bad-checksum", "bad checksum"), ("truncated", "truncated"), ("no-end", "truncated"),
+    ("second-gzip", "after the end of its gzip stream"), ("oversized", "limit"),
+])
+def test_unreadable_and_oversized_archives(case: str, words: str, tmp_path: Path) -> None:
+    path = tmp_path / "a.tar.gz"
+    good = [_ROOT, member("run/a", b"x" * 5000)]
+    if case == "bad-checksum":
+        _small([_ROOT, header("run/a", checksum=False)], path)
+    elif case == "truncated":
+        path.write_bytes(_small(good, path).read_bytes()[:-30])
+    elif case == "no-end":
+        _small(good, path, tail=b"")
+    elif case == "second-gzip":
+        path.write_bytes(_small(good, path).read_bytes() + _gzip(member("run/b", b"y")))
+    else:
+        with open(path, "wb") as fh:
+            fh.truncate(300 * 1024 * 1024)  # sparse: costs nothing unless read
+    start = time.perf_counter()
+    message = _ours(path, tmp_path / "ours")
+    assert message is not None and words in message, message
+    assert time.perf_counter() - start < 2
+
+
 _MEASURE = """import sys, time
 from pathlib import Path
 import tempfile
