@@ -16,7 +16,7 @@ from bundle.archive import archive
 from bundle.cosign import cosign
 from bundle.digests import sha256_file
 from bundle.errors import BundleError
-from bundle.terminal import finish_stdout, nonempty_path, tolerant_stdio
+from bundle.terminal import nonempty_path, tolerant_stdout
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -60,11 +60,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
-    tolerant_stdio()
-    try:
+    with tolerant_stdout():
         return _main(argv)
-    finally:
-        finish_stdout()
 
 
 def _main(argv: Sequence[str] | None) -> int:

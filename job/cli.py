@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bundle.errors import BundleError
-from bundle.terminal import finish_stdout, nonempty_path, tolerant_stdio
+from bundle.terminal import nonempty_path, tolerant_stdout
 from job.errors import JobError
 from job.hub import default_cache
 from job.protocol import DEFAULT_PROTOCOL, Protocol, load_protocol
@@ -100,11 +100,8 @@ def _reproduce(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    tolerant_stdio()
-    try:
+    with tolerant_stdout():
         return _main(argv)
-    finally:
-        finish_stdout()
 
 
 def _main(argv: list[str] | None) -> int:
