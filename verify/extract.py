@@ -146,7 +146,8 @@ def _copy(blocks: ustar.GzipBlocks, target: Path, size: int, name: str) -> None:
                 out.write(chunk)
             except OSError as exc:
                 _check_room(exc, name)
-                raise
+                raise Failed(f"archive member {name!r} cannot be written ({exc.strerror}); the "
+                             "archive was not written by the job.") from exc
             left -= len(chunk)
     pad = -size % ustar.BLOCK
     if pad and blocks.read(pad).count(0) != pad:
