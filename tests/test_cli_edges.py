@@ -142,3 +142,17 @@ def test_job_output_edges_keep_the_exit_code(world: dict[str, Path]) -> None:
                                 "--out", str(world["work"] / "a.json"), "--signing-key",
                                 str(world["key"])], close_stdout=closed, env=env)
         assert code == 2 and "does not exist" in _one_sentence(err)
+
+
+@pytest.mark.parametrize("edge", ["closed", "broken-pipe", "ascii"])
+def test_job_data_output_edges_keep_the_exit_code(edge: str,
+                                                  tiny_world: tuple[Path, Path]) -> None:
+    """`prepare` prints a line per checked file: it still checks them all and exits 0."""
+    protocol, lock = tiny_world
+    code, out, err, _ = _run(["-m", "job", "prepare", "--protocol", str(protocol), "--resources",
+                              str(lock)], close_stdout=edge == "closed",
+                             broken_pipe=edge == "broken-pipe",
+                             env={"PYTHONIOENCODING": "ascii"} if edge == "ascii" else None)
+    assert "Traceback" not in err and code == 0, err
+    if edge == "ascii":
+        assert out.isascii() and out.startswith("ok  ")
