@@ -11,13 +11,13 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from bundle import keys
 from bundle.archive import archive
 from bundle.cosign import cosign, verified_before_cosigning
 from bundle.digests import sha256_file
 from bundle.errors import BundleError
+from bundle.terminal import nonempty_path, tolerant_stdout
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -33,16 +33,16 @@ def _parser() -> argparse.ArgumentParser:
         f"{keys.PASSPHRASE_ENV} is set, the private key is "
         "encrypted with it.",
     )
-    keygen.add_argument("--out", required=True, type=Path, metavar="DIR")
+    keygen.add_argument("--out", required=True, type=nonempty_path, metavar="DIR")
     arch = sub.add_parser(
         "archive",
         help="write a deterministic .tar.gz of a bundle",
         description="Archive a bundle directory; prints the path and sha256.",
     )
-    arch.add_argument("bundle", type=Path, metavar="BUNDLE")
+    arch.add_argument("bundle", type=nonempty_path, metavar="BUNDLE")
     arch.add_argument(
         "--out",
-        type=Path,
+        type=nonempty_path,
         metavar="FILE",
         default=None,
         help="archive path (default: BUNDLE.tar.gz beside the bundle)",
@@ -54,9 +54,9 @@ def _parser() -> argparse.ArgumentParser:
         "untouched) and update its tag manifests; prints the new signer's fingerprint. "
         f"An encrypted key is decrypted with {keys.PASSPHRASE_ENV}.",
     )
-    co.add_argument("bundle", type=Path, metavar="BUNDLE")
-    co.add_argument("--signing-key", required=True, type=Path, metavar="KEY.pem")
-    co.add_argument("--trusted-key", type=Path, metavar="PUB.pem",
+    co.add_argument("bundle", type=nonempty_path, metavar="BUNDLE")
+    co.add_argument("--signing-key", required=True, type=nonempty_path, metavar="KEY.pem")
+    co.add_argument("--trusted-key", type=nonempty_path, metavar="PUB.pem",
                     help="the original signer's public key: the bundle must verify as signed by it "
                          "(without it, the bundle must verify intact under the key it carries)")
     return parser
@@ -64,6 +64,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
+    with tolerant_stdout():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "keygen":

@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, rsa, x448,
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from bundle.errors import KeyFileError
+from bundle.userfile import KEY_FILE_BYTES, read_user_file
 
 PRIVATE_KEY_NAME = "signing-key.pem"
 PUBLIC_KEY_NAME = "signing-key.pub.pem"
@@ -105,20 +106,12 @@ def _wrong_type(path: Path, key: object) -> KeyFileError:
 
 
 def _read(path: Path, what: str) -> bytes:
-    try:
-        return Path(path).read_bytes()
-    except FileNotFoundError as exc:
-        raise KeyFileError(
-            f"The {what} file {path} does not exist; pass the right path or {KEYGEN_HINT}."
-        ) from exc
-    except IsADirectoryError as exc:
-        raise KeyFileError(
-            f"{path} is a directory, not a {what} file; pass the path of the PEM file."
-        ) from exc
-    except OSError as exc:
-        raise KeyFileError(
-            f"Cannot read the {what} file {path} ({exc.strerror}); check its permissions."
-        ) from exc
+    """The key file's bytes: a regular file of at most KEY_FILE_BYTES (never a FIFO or device)."""
+    data = read_user_file(path, f"{what} file", KEY_FILE_BYTES, KeyFileError)
+    if data.count(b"-----BEGIN ") > 1:
+        raise KeyFileError(f"The {what} file {path} holds more than one PEM block; pass a file "
+                           "with exactly one key.")
+    return data
 
 
 def load_private_key(path: Path, passphrase_env: str = PASSPHRASE_ENV) -> Ed25519PrivateKey:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bundle.errors import BundleError
+from bundle.terminal import nonempty_path, tolerant_stdout
 from job import lockfile
 from job.errors import JobError
 from job.hub import default_cache
@@ -27,22 +28,23 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     def common(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--protocol", type=Path, default=DEFAULT_PROTOCOL,
+        sp.add_argument("--protocol", type=nonempty_path, default=DEFAULT_PROTOCOL,
                         help="pre-registered protocol (default: provenance.json)")
-        sp.add_argument("--resources", type=Path, help="local resource lock (JSON) instead of the hub cache")
-        sp.add_argument("--cache", type=Path, default=None, help="resource cache (default: $HF_HOME/calibration-runs)")
+        sp.add_argument("--resources", type=nonempty_path, help="local resource lock (JSON) instead of the hub cache")
+        sp.add_argument("--cache", type=nonempty_path, default=None,
+                        help="resource cache (default: $HF_HOME/calibration-runs)")
 
     prep = sub.add_parser("prepare", help="download and check every pinned file into the cache")
     common(prep)
-    prep.add_argument("--pins-out", type=Path, default=Path("observed-pins.json"),
+    prep.add_argument("--pins-out", type=nonempty_path, default=Path("observed-pins.json"),
                       help="where to write sha256 values pinned on first use (default: ./observed-pins.json)")
     smoke = sub.add_parser("smoke", help="run the first 8 calibration rows through the whole chain")
     common(smoke)
     run = sub.add_parser("run", help="the full run: calibration inference, fit, audit, metrics, bundle")
     common(run)
-    run.add_argument("--out", type=Path, required=True, help="bundle directory to create (must not exist)")
+    run.add_argument("--out", type=nonempty_path, required=True, help="bundle directory to create (must not exist)")
     key = run.add_mutually_exclusive_group()
-    key.add_argument("--signing-key", type=Path,
+    key.add_argument("--signing-key", type=nonempty_path,
                      help="Ed25519 private key (PKCS#8 PEM); passphrase from CALIBRATION_KEY_PASSPHRASE")
     key.add_argument("--ephemeral-key", action="store_true", help="sign with a throwaway key written beside --out")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -59,13 +61,14 @@ def _parser() -> argparse.ArgumentParser:
                           "(default: none stated)")
     run.add_argument("--contact", metavar="EMAIL", help="the publisher's e-mail address (default: none)")
     rep = sub.add_parser("reproduce", help="re-run a bundle's inference and sign whether its logits reproduce")
-    rep.add_argument("bundle", type=Path, help="the bag folder or its .tar.gz (only read)")
-    rep.add_argument("--out", type=Path, required=True, help="attestation file to write (must not exist)")
-    rep.add_argument("--signing-key", type=Path, required=True,
+    rep.add_argument("bundle", type=nonempty_path, help="the bag folder or its .tar.gz (only read)")
+    rep.add_argument("--out", type=nonempty_path, required=True, help="attestation file to write (must not exist)")
+    rep.add_argument("--signing-key", type=nonempty_path, required=True,
                      help="the reproducer's Ed25519 private key (PKCS#8 PEM); "
                           "passphrase from CALIBRATION_KEY_PASSPHRASE")
-    rep.add_argument("--resources", type=Path, help="local resource lock (JSON) instead of the hub cache")
-    rep.add_argument("--cache", type=Path, default=None, help="resource cache (default: $HF_HOME/calibration-runs)")
+    rep.add_argument("--resources", type=nonempty_path, help="local resource lock (JSON) instead of the hub cache")
+    rep.add_argument("--cache", type=nonempty_path, default=None,
+                     help="resource cache (default: $HF_HOME/calibration-runs)")
     rep.add_argument("--sample", type=int, metavar="N",
                      help="spot check: re-run whole recorded batches drawn with --seed until they hold N rows")
     rep.add_argument("--seed", type=int, metavar="S", help="seed of the spot check's draw (PCG64)")
@@ -113,6 +116,11 @@ def _reproduce(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    with tolerant_stdout():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "reproduce":

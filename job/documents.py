@@ -8,15 +8,15 @@ from typing import Any
 
 from bundle.errors import BundleError
 from bundle.schemas import validate
+from bundle.userfile import DOCUMENT_BYTES, read_user_file
 from job.errors import JobError
 
 
-def read_checked(path: Path, schema: str, label: str, option: str) -> tuple[bytes, dict[str, Any]]:
-    """(raw bytes, parsed object) of a JSON file that follows schemas/<schema>.schema.json."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise JobError(f"Cannot read the {label} {path}: {exc.strerror}; check {option}.") from exc
+def read_checked(path: Path, schema: str, label: str, option: str,
+                 cap: int = DOCUMENT_BYTES) -> tuple[bytes, dict[str, Any]]:
+    """(raw bytes, parsed object) of a JSON file that follows schemas/<schema>.schema.json: a
+    regular file of at most `cap` bytes (JobError, one sentence, for anything else)."""
+    raw = read_user_file(path, f"{label} ({option})", cap, JobError)
     try:
         doc = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -24,6 +24,7 @@ from typing import Any
 
 from bundle.digests import sha256_file
 from bundle.layout import DEFAULT_LOGIT_TOLERANCE
+from bundle.terminal import nonempty_path
 from job.datacard import FORMATS, card_header, split_files
 from job.datameta import stated_labels
 from job.dataset import DatasetSpec, read_table
@@ -57,9 +58,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: explore:256,calibration:256,audit:rest)")
     p.add_argument("--prefix", help="split key prefix (default: NAME:)")
     p.add_argument("--label-map", help="explicit map MODEL_LABEL=DATASET_LABEL,... (default: match names)")
-    p.add_argument("--out", type=Path, required=True, help="protocol file to write")
-    p.add_argument("--resources", type=Path, help="local resource lock: take the files from it, not the hub")
-    p.add_argument("--cache", type=Path, default=None, help="download cache (default: $HF_HOME/calibration-runs)")
+    p.add_argument("--out", type=nonempty_path, required=True, help="protocol file to write")
+    p.add_argument("--resources", type=nonempty_path, help="local resource lock: take the files from it, not the hub")
+    p.add_argument("--cache", type=nonempty_path, default=None,
+                   help="download cache (default: $HF_HOME/calibration-runs)")
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bundle.layout import DEFAULT_LOGIT_TOLERANCE
+from bundle.userfile import PROTOCOL_BYTES
 from job.dataset import DatasetSpec
 from job.documents import read_checked
 from job.errors import JobError
@@ -185,5 +186,5 @@ def require_verifiable(doc: dict[str, Any]) -> None:
 
 def load_protocol(path: Path = DEFAULT_PROTOCOL) -> Protocol:
     """Read, parse and schema-validate the protocol; its hash is fixed here, before inference."""
-    raw, doc = read_checked(path, "protocol", "protocol", "--protocol")
+    raw, doc = read_checked(path, "protocol", "protocol", "--protocol", PROTOCOL_BYTES)
     return Protocol.from_bytes(raw, doc)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bundle.digests import sha256_file
+from bundle.userfile import DOCUMENT_BYTES, read_user_file
 from job.documents import read_checked
 from job.errors import JobError
 from job.hub import Fetch, LfsLookup, hub_fetch, hub_lfs_sha256, offline
@@ -167,11 +168,12 @@ def _protocol_pin(protocol_res: dict[str, Any], role: str, spec: dict[str, Any],
 
 
 def _read_pins(path: Path) -> dict[str, str]:
-    try:
-        return dict(json.loads(path.read_text(encoding="utf-8")))
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return {}
-    except (OSError, ValueError) as exc:
+    raw = read_user_file(path, "pin file", DOCUMENT_BYTES, JobError)
+    try:
+        return dict(json.loads(raw.decode("utf-8")))
+    except (ValueError, TypeError) as exc:
         raise JobError(f"The pin file {path} is unreadable ({exc}); "
                        "restore it from the observed-pins.json you saved, or delete it to pin again.") from exc
 

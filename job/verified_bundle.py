@@ -112,8 +112,8 @@ def load_verified(path: Path) -> VerifiedBundle:
     try:
         tree = _read(path)
     except (InputError, Failed) as exc:
-        raise JobError(f"The bundle {path} cannot be read ({exc}); pass the bag folder or archive the "
-                       "job wrote.") from exc
+        raise JobError(f"The bundle {path} cannot be read ({str(exc).rstrip('.')}); pass the bag "
+                       "folder or archive the job wrote.") from exc
     result = verify_tree(tree, Trust())
     if exit_code(result.checks) not in (EXIT_OK, EXIT_UNTRUSTED) or result.signer_fingerprint is None:
         bad = next((c for c in result.checks if c.status != "pass" and c.id != SIGNER_CHECK),

@@ -25,6 +25,43 @@ def _say(message: str) -> None:
     print(f"verify: {text}", file=sys.stderr)
 
 
+def _path(text: str) -> Path:
+    """argparse type for a path: "" would silently mean the current folder, so it is refused."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path names no file; pass a path")
+    return Path(text)
+
+
+def _tolerant_stdio() -> None:
+    """Characters the output encoding lacks (PYTHONIOENCODING=ascii) become backslash escapes
+    instead of an error; a closed stdout is None and is skipped by `_out`."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="backslashreplace")
+            except (OSError, ValueError):
+                pass
+
+
+def _out(text: str) -> None:
+    """Write the report table to stdout, as much as can be written: a closed stdout or a reader
+    that has gone costs the report, never the exit code (which carries the verdict)."""
+    stream = sys.stdout
+    if stream is None:
+        return
+    try:
+        stream.write(text)
+        stream.flush()
+    except (OSError, ValueError):
+        try:  # nothing left for the interpreter's own flush at exit to fail on
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         # One line, like every other error: the usage spans several and is one --help away.
@@ -39,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "recomputed from the stored logits.",
                 epilog="exit codes: 0 verified with a trusted signer; 1 a check failed; 2 usage "
                        "or unreadable input; 3 every check passed but no trusted key was given")
-    p.add_argument("bundle", type=Path, help="the bag folder or the bundle .tar.gz archive")
+    p.add_argument("bundle", type=_path, help="the bag folder or the bundle .tar.gz archive")
     trust = p.add_mutually_exclusive_group()
     trust.add_argument("--trusted-key", metavar="PUB.pem", action="append",
                        help="a trusted signer's Ed25519 public key (SubjectPublicKeyInfo PEM); "
@@ -48,10 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="sha256 hex of the signer's raw 32-byte Ed25519 public key")
     p.add_argument("--threshold", metavar="N", type=int, default=1,
                    help="how many distinct trusted keys must have signed (default 1)")
-    p.add_argument("--protocol", metavar="provenance.json", type=Path,
+    p.add_argument("--protocol", metavar="provenance.json", type=_path,
                    help="also require data/protocol.json to be byte-identical to this "
                         "pre-registered protocol")
-    p.add_argument("--json", metavar="REPORT.json", type=Path,
+    p.add_argument("--json", metavar="REPORT.json", type=_path,
                    help="also write the report as JSON (verify/report.schema.json)")
     p.add_argument("--reproduction", metavar="ATT.json", action="append", default=[],
                    help="a reproduction attestation (python -m job reproduce) to check; repeatable")
@@ -74,6 +111,7 @@ def _write_report(path: Path, text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    _tolerant_stdio()
     args = build_parser().parse_args(argv)
     try:
         if not args.bundle.exists() and not args.bundle.is_symlink():
@@ -111,8 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"{args.bundle} cannot be verified ({limits.describe(exc)}); pass the bag folder or "
              ".tar.gz the job wrote, on a disk with free space.")
         return EXIT_UNREADABLE
+    _out(report.table(outcome))
     try:
-        sys.stdout.write(report.table(outcome))
         if args.json is not None:
             _write_report(args.json, report.dumps_report(outcome))
     except (OSError, UnicodeError, ValueError) as exc:

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 """The repository checkout this distribution is built from."""
 NAME = "calibration-verify"
 DIST = NAME.replace("-", "_")
-BUNDLE_MODULES = ("__init__", "canonical", "crate_terms", "dsse", "errors", "keys", "layout", "schemas",
+BUNDLE_MODULES = ("__init__", "canonical", "crate_terms", "dsse", "errors", "keys", "layout", "schemas", "userfile",
                   "views/__init__", "views/crate", "views/figures", "views/report")
 """The modules of bundle/ that verify/ imports (tests/verify/test_structure.py: definitions and the
 renderers of the views)."""

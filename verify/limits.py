@@ -25,6 +25,8 @@ MAX_FILE_BYTES: Final = 64 * 1024 * 1024
 """Any one file, whatever the protocol says."""
 MAX_TOTAL_BYTES: Final = 256 * 1024 * 1024
 """All files of a bag together."""
+MAX_ARCHIVE_BYTES: Final = MAX_TOTAL_BYTES + 32 * 1024 * 1024
+"""A .tar.gz on disk: its data, every header and padding, and deflate's worst-case overhead."""
 MAX_NAME_BYTES: Final = 255
 """One path component (the usual filesystem limit)."""
 MAX_PATH_BYTES: Final = 1024

@@ -27,7 +27,9 @@ from verify.result import Failed, InputError, Skipped
 
 
 def load_public_key_pem(data: bytes, source: str) -> Ed25519PublicKey:
-    """An Ed25519 SubjectPublicKeyInfo PEM; raise Failed otherwise."""
+    """An Ed25519 SubjectPublicKeyInfo PEM, alone in its file; raise Failed otherwise."""
+    if data.count(b"-----BEGIN ") > 1:
+        raise Failed(f"{source} holds more than one PEM block; a key file holds exactly one key.")
     try:
         key = serialization.load_pem_public_key(data)
     except (ValueError, TypeError, UnsupportedAlgorithm) as exc:

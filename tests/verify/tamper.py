@@ -23,6 +23,7 @@ from bundle.canonical import dumps, loads_strict
 from bundle.dsse import sign_envelope
 from bundle.keys import fingerprint, public_key_pem
 from tests.synthetic import make_bundle, sha256
+from tests.verify.tarcraft import ATTACKS
 
 # -- the attacker ----------------------------------------------------------------------------
 
@@ -194,8 +195,14 @@ def _archive(bag: Path, out: Path, extra: Callable[[Any], None] | None = None) -
     """`bag` as a .tar.gz; `extra(tar)` may add members after the bag's."""
     import tarfile
 
-    with tarfile.open(out, "w:gz", compresslevel=1) as tar:
-        tar.add(bag, arcname=bag.name)
+    def normalise(info: tarfile.TarInfo) -> tarfile.TarInfo:  # what `bundle archive` writes
+        info.mode = 0o755 if info.isdir() else 0o644
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        return info
+
+    with tarfile.open(out, "w:gz", compresslevel=1, format=tarfile.USTAR_FORMAT) as tar:
+        tar.add(bag, arcname=bag.name, filter=normalise)
         if extra is not None:
             extra(tar)
     return out
@@ -368,6 +375,20 @@ def hostile_audit_digest_renamed(bag: Path, keys: Keys, scale: float) -> Path:
     return bag
 
 
+def _archive_attack(name: str) -> Callable[[Path, Keys, float], Path]:
+    """The named attack of tests/verify/tarcraft.py on the bag's genuine `bundle archive`."""
+    def build(bag: Path, keys: Keys, scale: float) -> Path:
+        from bundle.archive import archive
+
+        genuine = archive(bag, bag.parent / f"{bag.name}.tar.gz")
+        out = ATTACKS[name](genuine, bag.parent / f"{name}.tar.gz", scale)
+        genuine.unlink()
+        shutil.rmtree(bag)
+        return out
+    build.__doc__ = f"The archive attack {name!r} (tests/verify/tarcraft.py)."
+    return build
+
+
 HOSTILE: dict[str, Callable[[Path, Keys, float], Path]] = {
     "pools-empty-objects": hostile_pools,
     "pools-archive-bomb": hostile_pools_archive,
@@ -381,6 +402,7 @@ HOSTILE: dict[str, Callable[[Path, Keys, float], Path]] = {
     "formal-pin-none": hostile_formal_pin_none,
     "stage-times-audit-first": hostile_stage_times,
     "audit-digest-renamed": hostile_audit_digest_renamed,
+    **{name: _archive_attack(name) for name in ATTACKS},
 }
 """Hostile bundles, each built from a genuine bag (copied first) by an attacker who holds the
 signing key, so that only the bounds and the cross-checks stand between it and a verdict; the

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.verify.tamper import HOSTILE, Keys, base, copy_bag, synthetic_bag, verify_keys  # noqa: F401
+from tests.verify.tarcraft import ATTACKS
 from verify.api import verify_path
 from verify.checks import Trust
 from verify.result import EXIT_FAILED, EXIT_OK
@@ -27,6 +28,7 @@ EXPECTED_FAILURE: dict[str, str | tuple[str, ...] | None] = {
     "formal-pin-none": "resources.pins",
     "stage-times-audit-first": "stages.records",
     "audit-digest-renamed": "stages.audit-after-fit",
+    **{name: "archive.safe" for name in ATTACKS},
 }
 
 
