@@ -150,3 +150,29 @@ REPRODUCTION_GENERATOR: Final = "numpy.random.PCG64.random_raw"
 """How a sampled reproduction draws its rows (FORMAT.md): one raw 64-bit draw per candidate row."""
 REPRODUCTION_POOLS: Final = ("calibration", "audit")
 """The pools a reproduction re-runs, in the order its sample is drawn from."""
+
+# Sweeps (FORMAT.md "Sweeps"): member bundles under one directory, tied by a signed plan and index.
+SWEEP_FILE: Final = "sweep.json"
+"""The sweep file the plan was expanded from, copied byte for byte."""
+SWEEP_PLAN: Final = "plan.intoto.json"
+SWEEP_INDEX: Final = "index.intoto.json"
+SWEEP_MEMBERS: Final = "members"
+SWEEP_MD: Final = "sweep.md"
+SWEEP_TEMPERATURE_FIGURE: Final = "figures/temperature.png"
+SWEEP_ECE_FIGURE: Final = "figures/ece.png"
+SWEEP_VIEWS: Final = (SWEEP_MD, SWEEP_ECE_FIGURE, SWEEP_TEMPERATURE_FIGURE)
+"""The sweep's views, rendered from the index (bundle.views.sweep)."""
+SWEEP_PLAN_PREDICATE_TYPE: Final = "https://calibration-runs.example/predicate/sweep-plan/v1"
+SWEEP_INDEX_PREDICATE_TYPE: Final = "https://calibration-runs.example/predicate/sweep-index/v1"
+SWEEP_SUMMARY_METRICS: Final = ("nll", "ece", "brier")
+"""The audit metrics an index row summarises, raw and calibrated, with their bootstrap intervals."""
+
+
+def member_protocol_subject(name: str) -> str:
+    """The plan's subject naming member `name`'s protocol: the path its bundle holds it at."""
+    return f"{SWEEP_MEMBERS}/{name}/{PROTOCOL_JSON}"
+
+
+def member_statement_subject(name: str) -> str:
+    """The index's subject naming member `name`'s signed statement (sha256 of its envelope's payload)."""
+    return f"{SWEEP_MEMBERS}/{name}/{SIGNED_STATEMENT_SUBJECT}"

@@ -1,4 +1,4 @@
-"""Command line: `python -m job prepare | smoke | run | reproduce`."""
+"""Command line: `python -m job prepare | smoke | run | reproduce | init | sweep`."""
 
 from __future__ import annotations
 
@@ -65,6 +65,19 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--sample", type=int, metavar="N", help="spot check: compare N rows drawn with --seed")
     rep.add_argument("--seed", type=int, metavar="S", help="seed of the spot check's draw (PCG64)")
     rep.add_argument("--no-progress", action="store_true", help="no progress bar")
+    sw = sub.add_parser("sweep", help="run a pre-registered sweep of protocols on Ray: signed plan, "
+                                      "member bundles, signed index")
+    sw.add_argument("sweep", type=Path, help="the sweep file (schemas/sweep.schema.json)")
+    sw.add_argument("--out", type=Path, required=True,
+                    help="sweep directory: new, or one this sweep file planned (a rerun resumes)")
+    sw.add_argument("--signing-key", type=Path, required=True,
+                    help="Ed25519 private key (PKCS#8 PEM) signing the plan, the index and every member; "
+                         "passphrase from CALIBRATION_KEY_PASSPHRASE")
+    sw.add_argument("--address", help="join the Ray cluster at ADDRESS (default: RAY_ADDRESS, else a local "
+                                      "Ray instance bound to 127.0.0.1)")
+    sw.add_argument("--cache", type=Path, default=None,
+                    help="resource cache on each node for members without a lock (default: $HF_HOME/calibration-runs)")
+    sw.add_argument("--no-progress", action="store_true", help="no progress bar")
     from job.init import add_arguments
     add_arguments(sub.add_parser("init", help="write a protocol for a model and dataset split pinned at commits"))
     return p
@@ -101,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "reproduce":
             return _reproduce(args)
+        if args.command == "sweep":
+            from job.sweep import SweepOptions, run_sweep
+            return run_sweep(SweepOptions(sweep=args.sweep, out=args.out, signing_key=args.signing_key,
+                                          address=args.address, cache=args.cache, progress=not args.no_progress))
         if args.command == "init":
             from job.init import run_init
             return run_init(args)
@@ -127,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except OSError as exc:  # a disk or permission failure while writing: no bundle was published
         where = f" at {exc.filename}" if exc.filename else ""
-        what = "attestation" if args.command == "reproduce" else "bundle"
+        what = {"reproduce": "attestation", "sweep": "partial member"}.get(args.command, "bundle")
         print(f"error: {exc.strerror or exc}{where}; check free space and permissions there and run again "
               f"(no {what} was written).", file=sys.stderr)
         return 2
