@@ -93,4 +93,5 @@ def cluster_cpus() -> int:
     """The CPUs the joined cluster has now (0 when it has none left)."""
     import ray
 
-    return int(ray.cluster_resources().get("CPU", 0))
+    resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    return int(resources.get("CPU", 0))
