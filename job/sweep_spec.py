@@ -129,7 +129,8 @@ def expand(raw: bytes, doc: dict[str, Any], here: Path, base: dict[str, Any]) ->
     models = _resource_axis(doc.get("models"), here)
     datasets = _resource_axis(doc.get("datasets"), here)
     prefixes = ([_Choice(_label(p), p) for p in doc["prefixes"]] if "prefixes" in doc else [_Choice(None)])
-    sizes = ([_Choice("n" + "-".join(str(v) for _, v in sorted(s.items())), s) for s in doc["pool_sizes"]]
+    order = [p["name"] for p in base["split"]["pools"]]  # a pool-size label lists sizes in cutting order
+    sizes = ([_Choice("n" + "-".join(str(s[n]) for n in order if n in s), s) for s in doc["pool_sizes"]]
              if "pool_sizes" in doc else [_Choice(None)])
     count = len(models) * len(datasets) * len(prefixes) * len(sizes)
     if count > MAX_MEMBERS:
