@@ -63,7 +63,7 @@ def _sweep(args: list[str], address: str | None, log: Path) -> subprocess.Popen[
     cmd = [sys.executable, "-m", "job", "sweep", *args, "--no-progress"]
     if address is not None:
         cmd += ["--address", address]
-    return subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=open(log, "ab"), stderr=subprocess.STDOUT)  # noqa: SIM115
+    return subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=open(log, "ab"), stderr=subprocess.STDOUT)
 
 
 def _members_running() -> list[psutil.Process]:
