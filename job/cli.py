@@ -55,8 +55,9 @@ def _parser() -> argparse.ArgumentParser:
                           "(default: none stated)")
     run.add_argument("--contact", metavar="EMAIL", help="the publisher's e-mail address (default: none)")
     rep = sub.add_parser("reproduce", help="re-run a bundle's inference and sign whether its logits reproduce")
-    rep.add_argument("bundle", type=Path, help="the bag folder or its .tar.gz (only read)")
-    rep.add_argument("--out", type=Path, required=True, help="attestation file to write (must not exist)")
+    rep.add_argument("bundle", type=Path, help="the bag folder or its .tar.gz, or a sweep directory (only read)")
+    rep.add_argument("--out", type=Path, required=True,
+                     help="attestation file to write (must not exist); for a sweep, a new folder of them")
     rep.add_argument("--signing-key", type=Path, required=True,
                      help="the reproducer's Ed25519 private key (PKCS#8 PEM); "
                           "passphrase from CALIBRATION_KEY_PASSPHRASE")
@@ -65,6 +66,10 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--sample", type=int, metavar="N", help="spot check: compare N rows drawn with --seed")
     rep.add_argument("--seed", type=int, metavar="S", help="seed of the spot check's draw (PCG64)")
     rep.add_argument("--no-progress", action="store_true", help="no progress bar")
+    rep.add_argument("--members", type=int, metavar="K",
+                     help="sweep only: reproduce K done members drawn with --seed (default: every one)")
+    rep.add_argument("--address", help="sweep only: join the Ray cluster at ADDRESS (default: RAY_ADDRESS, "
+                                       "else a local Ray instance bound to 127.0.0.1)")
     sw = sub.add_parser("sweep", help="run a pre-registered sweep of protocols on Ray: signed plan, "
                                       "member bundles, signed index")
     sw.add_argument("sweep", type=Path, help="the sweep file (schemas/sweep.schema.json)")
@@ -103,6 +108,17 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
 def _reproduce(args: argparse.Namespace) -> int:
     """`reproduce`: the protocol comes from the bundle, the resources from the lock or the cache."""
     from job.reproduce import ReproduceOptions, reproduce
+
+    if (args.bundle / "plan.intoto.json").is_file():
+        from job.sweep_reproduce import SweepReproduceOptions, reproduce_sweep
+        if args.sample is not None:
+            raise JobError("--sample applies to one bundle; a sweep reproduces whole members, drawn with "
+                           "--members K --seed S.")
+        return reproduce_sweep(SweepReproduceOptions(
+            sweep_dir=args.bundle, out=args.out, signing_key=args.signing_key, members=args.members,
+            seed=args.seed, resources=args.resources, cache=args.cache, address=args.address))
+    if args.members is not None or args.address is not None:
+        raise JobError("--members and --address apply to a sweep directory; pass one, or drop them.")
 
     options = ReproduceOptions(bundle=args.bundle, out=args.out, signing_key=args.signing_key,
                                sample=args.sample, seed=args.seed, progress=not args.no_progress)

@@ -19,11 +19,15 @@ import contextlib
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from job.errors import JobError
 
+T = TypeVar("T")
+
 LOOPBACK = "127.0.0.1"
+WAIT_S = 5.0
+"""How long `completed` waits for a task before it looks at the cluster again."""
 ADDRESS_ENV = "RAY_ADDRESS"
 _LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
 
@@ -95,3 +99,39 @@ def cluster_cpus() -> int:
 
     resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
     return int(resources.get("CPU", 0))
+
+
+def completed(refs: dict[Any, T], min_cpus: int, wait_s: float = WAIT_S) -> Iterator[tuple[T, Any]]:
+    """Yield (tag, result) for each object ref in `refs` (ref -> tag) as its task finishes; the
+    result is the task's return value, or the ray.exceptions.RayError that ended it (a raised
+    exception, or a worker or node that died more often than its retries). While nothing finishes,
+    raise JobError once the cluster has fewer than `min_cpus` CPUs, since no task could run."""
+    import ray
+
+    pending = dict(refs)
+    while pending:
+        ready, _ = ray.wait(list(pending), num_returns=1, timeout=wait_s)
+        if not ready:
+            if cluster_cpus() < min_cpus:
+                raise JobError(f"The cluster has no node left with {min_cpus} CPUs; what finished is kept, "
+                               "so run the command again to resume.")
+            continue
+        tag = pending.pop(ready[0])
+        try:
+            result = ray.get(ready[0])
+        except ray.exceptions.RayError as exc:
+            result = exc
+        yield tag, result
+
+
+def task_failure(max_retries: int, exc: BaseException) -> str:
+    """One sentence for a task Ray gave up on: one that raised (a fault in the job, since errors on a
+    task's input are returned, not raised), or one whose worker or node kept dying."""
+    import ray.exceptions as rex
+
+    if isinstance(exc, rex.RayTaskError):
+        cause = exc.cause if exc.cause is not None else exc
+        last = (str(cause).strip().splitlines() or [type(cause).__name__])[-1]
+        return f"The task raised {type(cause).__name__} ({last}); this is a fault in the job, not in its input."
+    return (f"The worker or node running the task died {max_retries + 1} times ({type(exc).__name__}); "
+            "check the cluster and run the command again to resume.")

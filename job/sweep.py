@@ -21,9 +21,6 @@ from job.sweep_dir import clean_partials, forget_index, open_sweep_dir, publish_
 from job.sweep_member import MemberOutcome, MemberTask, build_member
 from job.sweep_spec import Member, Sweep, load_sweep
 
-WAIT_S = 5.0
-"""How long the driver waits for a member before it looks at the cluster again."""
-
 
 @dataclass(frozen=True)
 class SweepOptions:
@@ -53,18 +50,6 @@ def _failed_row(member: Member, error: str) -> dict[str, Any]:
     return {"name": member.name, "status": "failed", "error": " ".join(error.split())[:2000]}
 
 
-def _ray_failure(member: Member, exc: BaseException) -> str:
-    """One sentence for a task Ray gave up on: a worker or node that kept dying, or a crash."""
-    import ray.exceptions as rex
-
-    if isinstance(exc, rex.RayTaskError):
-        cause = exc.cause if exc.cause is not None else exc
-        first = (str(cause).strip().splitlines() or [type(cause).__name__])[-1]
-        return f"The member's task raised {type(cause).__name__} ({first}); this is a fault in the job, not the input."
-    return (f"The worker or node running the member died {member.max_retries + 1} times "
-            f"({type(exc).__name__}); check the cluster and run the sweep again to resume.")
-
-
 def _existing(out: Path, member: Member, key: Ed25519PrivateKey) -> dict[str, Any] | None:
     bag = out / layout.SWEEP_MEMBERS / member.name
     if not bag.exists():
@@ -79,7 +64,7 @@ def _run_pending(options: SweepOptions, pending: list[Member], key: Ed25519Priva
                  rows: dict[str, dict[str, Any]]) -> None:
     import ray
 
-    from job.ray_engine import TaskOptions, cluster_cpus, ray_session, remote
+    from job.ray_engine import TaskOptions, cluster_cpus, completed, ray_session, remote, task_failure
 
     key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                 serialization.NoEncryption())
@@ -102,18 +87,10 @@ def _run_pending(options: SweepOptions, pending: list[Member], key: Ed25519Priva
             bar = tqdm(total=len(rows) + len(refs), initial=len(rows), desc="sweep", unit="member",
                        file=sys.stderr)
         try:
-            while refs:
-                ready, _ = ray.wait(list(refs), num_returns=1, timeout=WAIT_S)
-                if not ready:
-                    if cluster_cpus() < threads:
-                        raise JobError(f"The cluster has no node left with {threads} CPUs; finished members "
-                                       "are kept, so run the sweep again to resume.")
-                    continue
-                member = refs.pop(ready[0])
-                try:
-                    outcome: MemberOutcome = ray.get(ready[0])
-                except ray.exceptions.RayError as exc:
-                    outcome = MemberOutcome(member.name, None, _ray_failure(member, exc))
+            for member, result in completed(refs, threads):
+                if isinstance(result, ray.exceptions.RayError):
+                    result = MemberOutcome(member.name, None, task_failure(member.max_retries, result))
+                outcome: MemberOutcome = result
                 if outcome.archive is not None:
                     try:
                         row = publish_member(options.out, member, outcome.archive, key)

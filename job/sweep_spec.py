@@ -67,7 +67,7 @@ def _label(text: str) -> str:
     return _UNSAFE.sub("-", text).strip("-.") or "x"
 
 
-def _absolute_lock(path: Path) -> dict[str, Any]:
+def absolute_lock(path: Path) -> dict[str, Any]:
     """The lock at `path`, schema-checked, with every local_path made absolute (it is read elsewhere)."""
     _raw, lock = read_checked(path, "resource-lock", "resource lock", "the sweep file's lock")
     base = path.resolve().parent
@@ -117,7 +117,7 @@ def _member_lock(model: _Choice, dataset: _Choice, default: Path | None,
             raise JobError(f"The sweep names resource locks, but its {role} {choice.label!r} has none and "
                            "the sweep has no top-level lock; give every member a lock, or none.")
         if path not in cache:
-            cache[path] = _absolute_lock(path)
+            cache[path] = absolute_lock(path)
         return copy.deepcopy(cache[path][role])
 
     return {"model": part(model, "model"), "dataset": part(dataset, "dataset")}

@@ -75,11 +75,13 @@ def _verify_sweep(args: argparse.Namespace) -> int:
     """A sweep directory: every planned member verified under the --trusted-key(s), one table."""
     if not args.trusted_key:
         raise InputError(f"{args.bundle} is a sweep; pass --trusted-key PUB.pem, the key that signed its plan.")
-    if args.protocol is not None or args.reproduction or args.json is not None:
-        raise InputError("--protocol, --reproduction and --json apply to one bundle; verify a member "
-                         "folder under members/ for them.")
+    if args.protocol is not None or args.json is not None:
+        raise InputError("--protocol and --json apply to one bundle; verify a member folder under members/ "
+                         "for them.")
     keys = [(signature.load_trusted_key(path), path) for path in args.trusted_key]
-    outcome = sweep.verify_sweep(args.bundle, keys)
+    attestations = tuple(reproduction.load_attestation(a) for a in args.reproduction)
+    reproducers = tuple(signature.load_trusted_key(k) for k in args.trusted_reproducer)
+    outcome = sweep.verify_sweep(args.bundle, keys, attestations=attestations, reproducers=reproducers)
     sys.stdout.write(sweep.sweep_table(outcome))
     return outcome.exit_code
 

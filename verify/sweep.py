@@ -26,6 +26,7 @@ from bundle.canonical import loads_strict
 from bundle.errors import CanonicalJSONError
 from bundle.views.sweep import render_sweep_views
 from verify import limits, schemacheck, signature
+from verify.context import Attestation
 from verify.result import EXIT_FAILED, EXIT_OK, Check, Failed, InputError
 
 SWEEP_CHECKS: Final = (
@@ -36,6 +37,7 @@ SWEEP_CHECKS: Final = (
     ("sweep.members-folder", "members/ holds exactly one bundle folder per done member, nothing else"),
     ("sweep.members", "every done member's bundle verifies with its planned protocol, statement and summary"),
     ("sweep.views", "sweep.md and the figures are the rendering of the index"),
+    ("sweep.reproductions", "every --reproduction names a done member and passes with its bundle"),
     ("sweep.complete", "every planned member is done"),
 )
 """The sweep's checks, in the order they run; verify/README.md ("Sweeps") lists them."""
@@ -77,6 +79,8 @@ class _State:
     plan_sha256: str | None = None
     index: dict[str, Any] | None = None  # the index's predicate
     rows: dict[str, MemberResult] = field(default_factory=dict)
+    attested: dict[str, list[Attestation]] = field(default_factory=dict)  # member -> its attestations
+    unmatched: list[str] = field(default_factory=list)  # attestations that name no done member
 
 
 def _statement(path: Path, what: str, predicate_type: str, schema: str,
@@ -205,7 +209,8 @@ def _summary(bag: Path) -> dict[str, Any]:
 
 
 def verify_member(bag: str, keys_raw: tuple[bytes, ...], protocol_sha256: str,
-                  statement_sha256: str, summary: dict[str, Any]) -> tuple[bool, str]:
+                  statement_sha256: str, summary: dict[str, Any], attestations: tuple[Attestation, ...] = (),
+                  reproducers_raw: tuple[bytes, ...] = ()) -> tuple[bool, str]:
     """(verified, detail) for one member bundle; runs in a worker process, so all arguments are
     plain data. The bundle must pass every check under a trusted key with the planned protocol,
     its signed statement must be the one the index names, and its records must give the index's
@@ -217,7 +222,8 @@ def verify_member(bag: str, keys_raw: tuple[bytes, ...], protocol_sha256: str,
     trust = Trust(key=keys[0][0], source=keys[0][1], more_keys=tuple(keys[1:]))
     start = time.perf_counter()
     try:
-        outcome = verify_path(Path(bag), trust, expected_protocol_sha256=protocol_sha256)
+        outcome = verify_path(Path(bag), trust, expected_protocol_sha256=protocol_sha256, attestations=attestations,
+                              reproducers=tuple(Ed25519PublicKey.from_public_bytes(k) for k in reproducers_raw))
     except (InputError, OSError, ValueError, UnicodeError, MemoryError, RecursionError) as exc:
         # an unreadable member is a failed member, never a crash of the whole verification
         return False, f"cannot be read ({type(exc).__name__}: {exc})"
@@ -231,7 +237,8 @@ def verify_member(bag: str, keys_raw: tuple[bytes, ...], protocol_sha256: str,
         return False, "its signed statement is not the one the index names; the bundle was swapped or re-signed."
     if _summary(Path(bag)) != summary:
         return False, "the index's summary differs from the bundle's metrics, temperature or bootstrap."
-    return True, f"verified ({len(outcome.checks)} checks, {time.perf_counter() - start:.1f} s)"
+    reproduced = f", {len(attestations)} reproduction(s) accepted" if attestations else ""
+    return True, f"verified ({len(outcome.checks)} checks{reproduced}, {time.perf_counter() - start:.1f} s)"
 
 
 def _bounded(executor: ProcessPoolExecutor, jobs: Iterator[tuple[str, tuple[Any, ...]]],
@@ -249,10 +256,33 @@ def _bounded(executor: ProcessPoolExecutor, jobs: Iterator[tuple[str, tuple[Any,
         yield running.pop(fut), fut.result()
 
 
-def _check_members(root: Path, st: _State, keys: list[tuple[Ed25519PublicKey, str]], processes: int) -> str:
+def _attested_statement(att: Attestation) -> str | None:
+    """The bundle statement sha256 an attestation names (unverified: the member's own checks verify it)."""
+    try:
+        env = signature.parse_envelope(att.data)
+        digests, _ = signature.subject_digests(loads_strict(env.payload, source=att.source).get("subject"))
+    except (Failed, CanonicalJSONError, AttributeError):
+        return None
+    entry = digests.get(layout.SIGNED_STATEMENT_SUBJECT)
+    return entry["sha256"] if entry else None
+
+
+def _match_attestations(st: _State, attestations: tuple[Attestation, ...]) -> None:
+    done = {r["statement_sha256"]: r["name"] for r in (st.index or {}).get("members", []) if r["status"] == "done"}
+    for att in attestations:
+        name = done.get(_attested_statement(att) or "")
+        if name is None:
+            st.unmatched.append(att.source)
+        else:
+            st.attested.setdefault(name, []).append(att)
+
+
+def _check_members(root: Path, st: _State, keys: list[tuple[Ed25519PublicKey, str]], processes: int,
+                   attestations: tuple[Attestation, ...] = (), reproducers_raw: tuple[bytes, ...] = ()) -> str:
     plan = _need_plan(st)
     if st.index is None:
         raise Failed("no signed index to say which members are done.")
+    _match_attestations(st, attestations)
     indexed = {r["name"]: r for r in st.index["members"]}
     keys_raw = tuple(_public_raw(k) for k, _ in keys)
     jobs = []
@@ -265,7 +295,7 @@ def _check_members(root: Path, st: _State, keys: list[tuple[Ed25519PublicKey, st
         else:
             bag = root / layout.SWEEP_MEMBERS / m["name"]
             jobs.append((m["name"], (str(bag), keys_raw, m["protocol_sha256"], row["statement_sha256"],
-                                     row["summary"])))
+                                     row["summary"], tuple(st.attested.get(m["name"], [])), reproducers_raw)))
     if jobs:
         workers = max(1, min(processes, len(jobs)))
         with ProcessPoolExecutor(max_workers=workers) as executor:
@@ -291,6 +321,17 @@ def _check_views(root: Path, st: _State) -> str:
     return f"{len(layout.SWEEP_VIEWS)} views rendered again, byte for byte"
 
 
+def _check_reproductions(st: _State, given: int) -> str:
+    if not given:
+        return "no --reproduction given"
+    if st.unmatched:
+        raise Failed(f"{st.unmatched[:5]} name no done member of this sweep.")
+    bad = [n for n in st.attested if not st.rows.get(n, MemberResult(n, "", False, "")).verified]
+    if bad:
+        raise Failed(f"the reproductions of {bad[:5]} do not pass with their bundles (see their rows).")
+    return f"{given} attestation(s) for {len(st.attested)} member(s), each accepted with its bundle"
+
+
 def _check_complete(root: Path, st: _State) -> str:
     plan = _need_plan(st)
     not_done = [m["name"] for m in plan["members"]
@@ -301,9 +342,12 @@ def _check_complete(root: Path, st: _State) -> str:
     return f"all {len(plan['members'])} planned members done and verified"
 
 
-def verify_sweep(path: Path, keys: list[tuple[Ed25519PublicKey, str]],
-                 processes: int | None = None) -> SweepOutcome:
-    """Run SWEEP_CHECKS on the sweep directory at `path` against the trusted `keys`."""
+def verify_sweep(path: Path, keys: list[tuple[Ed25519PublicKey, str]], processes: int | None = None, *,
+                 attestations: tuple[Attestation, ...] = (),
+                 reproducers: tuple[Ed25519PublicKey, ...] = ()) -> SweepOutcome:
+    """Run SWEEP_CHECKS on the sweep directory at `path` against the trusted `keys`; each
+    reproduction attestation is checked with the member bundle it names (counted only when signed
+    by one of `reproducers`)."""
     start = time.perf_counter()
     st = _State()
     procs = processes or min(MAX_PROCESSES, os.cpu_count() or 1)
@@ -313,8 +357,10 @@ def verify_sweep(path: Path, keys: list[tuple[Ed25519PublicKey, str]],
         "sweep.index": lambda: _check_index(path, st, keys),
         "sweep.index-plan": lambda: _check_index_plan(path, st),
         "sweep.members-folder": lambda: _check_members_folder(path, st),
-        "sweep.members": lambda: _check_members(path, st, keys, procs),
+        "sweep.members": lambda: _check_members(path, st, keys, procs, attestations,
+                                                tuple(_public_raw(k) for k in reproducers)),
         "sweep.views": lambda: _check_views(path, st),
+        "sweep.reproductions": lambda: _check_reproductions(st, len(attestations)),
         "sweep.complete": lambda: _check_complete(path, st),
     }
     checks = []

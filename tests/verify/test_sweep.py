@@ -166,6 +166,43 @@ def test_a_reported_failure_is_shown_and_the_sweep_does_not_pass(
     assert "bad-a | failed" in (tmp_path / "out" / layout.SWEEP_MD).read_text()
 
 
+def test_reproductions_are_checked_with_the_member_they_name(
+        sweep_dir: Path, tiny_world: tuple[Path, Path], signing_key_dir: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    from bundle.archive import archive
+    from job.sweep_reproduce import ReproduceTask, reproduce_member
+    from job.sweep_spec import absolute_lock
+
+    generate(tmp_path / "rep")
+    pem = load_private_key(tmp_path / "rep" / "signing-key.pem").private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    data = archive(sweep_dir / layout.SWEEP_MEMBERS / "b", tmp_path / "b.tar.gz").read_bytes()
+    outcome = reproduce_member(ReproduceTask("b", data, pem, absolute_lock(tiny_world[1]), None))
+    assert outcome.reproduced and outcome.attestation is not None, outcome.error
+    att = tmp_path / "b.intoto.json"
+    att.write_bytes(outcome.attestation)
+    base = [str(sweep_dir), "--trusted-key", str(signing_key_dir / "signing-key.pub.pem"), "--reproduction", str(att)]
+    assert verify_main([*base, "--trusted-reproducer", str(tmp_path / "rep" / "signing-key.pub.pem")]) == 0
+    out = capsys.readouterr().out
+    assert "1 reproduction(s) accepted" in out and "PASS    sweep.reproductions" in out
+    # signed by a key nobody trusts as a reproducer: the member it names does not pass
+    assert verify_main([*base, "--trusted-reproducer", str(signing_key_dir / "signing-key.pub.pem")]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL    member b" in out and "FAIL    sweep.reproductions" in out
+    # an attestation of a bundle outside the sweep names no member
+    other = json.loads(att.read_bytes())
+    payload = json.loads(base64.b64decode(other["payload"]))
+    for subject in payload["subject"]:
+        subject["digest"]["sha256"] = "ab" * 32
+    other["payload"] = base64.b64encode(json.dumps(payload).encode()).decode()
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    assert verify_main([*base[:-1], str(tmp_path / "other.json"), "--trusted-reproducer",
+                        str(tmp_path / "rep" / "signing-key.pub.pem")]) == 1
+    assert "name no done member" in capsys.readouterr().out
+
+
 def test_a_sweep_needs_a_trusted_key(sweep_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert verify_main([str(sweep_dir)]) == 2
     err = capsys.readouterr().err
