@@ -4,10 +4,11 @@ only loopback exists, and every process started here dies with the namespace. Ra
 started with `ray start ... --node-ip-address 127.0.0.1` and stopped with `ray stop --force`, which
 in this PID namespace sees only this namespace's processes.
 
-    python tests/job/sweep_cluster.py SCENARIO SWEEP.json OUT KEY.pem RESULT.json
+    python tests/job/sweep_cluster.py SCENARIO SWEEP.json OUT KEY.pem RESULT.json [LOCK.json]
 
 Scenarios: embedded (no --address: the local default; records every listening address while it
-runs), kill-worker (SIGKILL the worker running a member once), remove-node (SIGKILL the second
+runs), kill-worker (SIGKILL the worker running a member once; then, given LOCK.json, reproduce one
+member drawn by seed into OUT/../attestations), remove-node (SIGKILL the second
 node's raylet while it runs a member), kill-driver (SIGKILL the driver after its first member is
 published, then run the same command again). Facts go to RESULT.json; the test asserts on them.
 Every wait is bounded."""
@@ -31,6 +32,7 @@ BIN = Path(sys.executable).parent
 PORT = 6390
 SECOND_NODE_MANAGER_PORT = 6395
 DEADLINE_S = 150.0
+LOCK: str | None = None  # the reproducer's resource lock (kill-worker reproduces one member with it)
 
 
 TOKEN = secrets.token_hex(32)
@@ -121,7 +123,15 @@ def kill_worker(args: list[str], out: Path, log: Path) -> dict[str, Any]:
             os.kill(killed, signal.SIGKILL)
         time.sleep(0.2)
     rc = _wait(proc, start)
-    return {"rc": rc, "killed": killed, "statuses": _index_statuses(out)}
+    facts: dict[str, Any] = {"rc": rc, "killed": killed, "statuses": _index_statuses(out)}
+    if LOCK is not None and rc == 0:  # then reproduce one member, drawn by seed, on the same cluster
+        key = args[args.index("--signing-key") + 1]
+        cmd = [sys.executable, "-m", "job", "reproduce", str(out), "--out", str(out.parent / "attestations"),
+               "--signing-key", key, "--resources", LOCK, "--members", "1", "--seed", "0", "--address", address]
+        with open(log, "ab") as fh:
+            facts["reproduce_rc"] = subprocess.run(cmd, cwd=REPO, env=_env(), stdout=fh, stderr=subprocess.STDOUT,
+                                                   timeout=DEADLINE_S, check=False).returncode
+    return facts
 
 
 def remove_node(args: list[str], out: Path, log: Path) -> dict[str, Any]:
@@ -165,7 +175,9 @@ SCENARIOS = {"embedded": embedded, "kill-worker": kill_worker, "remove-node": re
 
 
 def main() -> int:
+    global LOCK
     scenario, sweep, out, key, result = sys.argv[1:6]
+    LOCK = sys.argv[6] if len(sys.argv) > 6 else None
     args = [sweep, "--out", out, "--signing-key", key]
     log = Path(result).with_suffix(".log")
     try:

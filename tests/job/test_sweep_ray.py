@@ -39,9 +39,9 @@ pytestmark = [
 ]
 
 
-def _scenario(name: str, sweep: Path, out: Path, key: Path, tmp_path: Path) -> dict[str, Any]:
+def _scenario(name: str, sweep: Path, out: Path, key: Path, tmp_path: Path, lock: Path | None = None) -> dict[str, Any]:
     result = tmp_path / f"{name}.json"
-    inner = (f"ip link set lo up && exec {sys.executable} {SCRIPT} {name} {sweep} {out} {key} {result}")
+    inner = (f"ip link set lo up && exec {sys.executable} {SCRIPT} {name} {sweep} {out} {key} {result} {lock or ''}")
     done = subprocess.run(["unshare", "--net", "--pid", "--fork", "--mount-proc", "bash", "-c", inner],
                           capture_output=True, text=True, timeout=TIMEOUT_S, check=False, cwd=REPO)
     log = result.with_suffix(".log")
@@ -74,16 +74,25 @@ def test_embedded_default_binds_loopback_only_and_records_a_bad_lock_as_failed(
     assert code == 1 and "FAILED  member bad-a" in out and "PASS    member good-a" in out
 
 
-def test_a_killed_worker_is_retried_and_the_sweep_completes(
+def test_a_killed_worker_is_retried_and_the_sweep_completes_then_reproduces(
         tiny_world: tuple[Path, Path], signing_key_dir: Path, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     sweep = write_sweep(tmp_path / "sweep.json", tiny_world, prefixes=["a:", "b:"])
-    facts = _scenario("kill-worker", sweep, tmp_path / "out", signing_key_dir / "signing-key.pem", tmp_path)
+    facts = _scenario("kill-worker", sweep, tmp_path / "out", signing_key_dir / "signing-key.pem", tmp_path,
+                      lock=tiny_world[1])
     assert facts["killed"] is not None, "no member's worker was seen running"
     assert facts["rc"] == 0, facts["log"]
     assert facts["statuses"] == {"a": "done", "b": "done"}
     code, out = _verified(tmp_path / "out", signing_key_dir, capsys)
     assert code == 0, out
+    assert facts["reproduce_rc"] == 0, facts["log"]
+    attestations = sorted((tmp_path / "attestations").iterdir())
+    assert [a.name for a in attestations] == ["b.intoto.json"]  # PCG64(0) draws b of [a, b]
+    code = verify_main([str(tmp_path / "out"), "--trusted-key", str(signing_key_dir / "signing-key.pub.pem"),
+                        "--reproduction", str(attestations[0]),
+                        "--trusted-reproducer", str(signing_key_dir / "signing-key.pub.pem")])
+    out = capsys.readouterr().out
+    assert code == 0 and "1 reproduction(s) accepted" in out, out
 
 
 def test_removing_the_second_node_mid_sweep_completes_on_the_first(
