@@ -165,6 +165,10 @@ def main(argv: list[str] | None = None) -> int:
               f"(no {what} was written).", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        if args.command == "sweep":
+            print("interrupted: the members already published are kept; run the same command again to resume",
+                  file=sys.stderr)
+            return 130
         print(f"interrupted: no {'attestation' if args.command == 'reproduce' else 'bundle'} was written",
               file=sys.stderr)
         return 130
