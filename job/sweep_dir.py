@@ -69,13 +69,16 @@ def open_sweep_dir(out: Path, sweep: Sweep, key: Ed25519PrivateKey) -> str:
     if sweep_file.exists() or plan_file.exists():
         if not sweep_file.is_file() or sweep_file.read_bytes() != sweep.raw:
             raise JobError(f"{out} holds a different sweep file; pass the sweep it was planned from, or a new --out.")
-        if not plan_file.is_file() or plan_file.read_bytes() != envelope:
-            raise JobError(f"{out} holds a plan that this sweep file, its protocol, its locks and this key do not "
-                           "give; restore them as they were planned, or use a new --out.")
-        return plan_sha256
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if plan_file.exists():
+            if not plan_file.is_file() or plan_file.read_bytes() != envelope:
+                raise JobError(f"{out} holds a plan that this sweep file, its protocol, its locks and this key do "
+                               "not give; restore them as they were planned, or use a new --out.")
+            return plan_sha256
+        # sweep.json is there but the plan is not: a run was stopped between the two; finish the plan
+    elif out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise JobError(f"{out} exists and is not a sweep directory; choose a new --out or remove it.")
-    _write_atomic(sweep_file, sweep.raw, replace=False)
+    else:
+        _write_atomic(sweep_file, sweep.raw, replace=False)
     _write_atomic(plan_file, envelope, replace=False)
     (out / layout.SWEEP_MEMBERS).mkdir(exist_ok=True)
     return plan_sha256

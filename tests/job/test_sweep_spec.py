@@ -76,6 +76,8 @@ def test_a_rerun_recognises_its_plan_and_refuses_another_sweep(tiny_world: tuple
     digest = open_sweep_dir(out, first, key)
     plan = (out / layout.SWEEP_PLAN).read_bytes()
     assert open_sweep_dir(out, first, key) == digest and (out / layout.SWEEP_PLAN).read_bytes() == plan
+    (out / layout.SWEEP_PLAN).unlink()  # stopped after sweep.json, before the plan: the rerun signs the same plan
+    assert open_sweep_dir(out, first, key) == digest and (out / layout.SWEEP_PLAN).read_bytes() == plan
     other = load_sweep(write_sweep(tmp_path / "t.json", tiny_world, prefixes=["a:", "c:"]))
     with pytest.raises(JobError, match="holds a different sweep file"):
         open_sweep_dir(out, other, key)
