@@ -163,3 +163,29 @@ DEFAULT_LOGIT_TOLERANCE: Final = 1e-4
 measurement (docs/PERFORMANCE.md, "Reproduction across CPUs"): about 20 times the largest honest
 difference measured across ISA limits and thread counts, and far below the smallest edit that
 flips a prediction."""
+
+# Sweeps (FORMAT.md "Sweeps"): member bundles under one directory, tied by a signed plan and index.
+SWEEP_FILE: Final = "sweep.json"
+"""The sweep file the plan was expanded from, copied byte for byte."""
+SWEEP_PLAN: Final = "plan.intoto.json"
+SWEEP_INDEX: Final = "index.intoto.json"
+SWEEP_MEMBERS: Final = "members"
+SWEEP_MD: Final = "sweep.md"
+SWEEP_TEMPERATURE_FIGURE: Final = "figures/temperature.png"
+SWEEP_ECE_FIGURE: Final = "figures/ece.png"
+SWEEP_VIEWS: Final = (SWEEP_MD, SWEEP_ECE_FIGURE, SWEEP_TEMPERATURE_FIGURE)
+"""The sweep's views, rendered from the index (bundle.views.sweep)."""
+SWEEP_PLAN_PREDICATE_TYPE: Final = "https://calibration-runs.example/predicate/sweep-plan/v1"
+SWEEP_INDEX_PREDICATE_TYPE: Final = "https://calibration-runs.example/predicate/sweep-index/v1"
+SWEEP_SUMMARY_METRICS: Final = ("nll", "ece", "brier")
+"""The audit metrics an index row summarises, raw and calibrated, with their bootstrap intervals."""
+
+
+def member_protocol_subject(name: str) -> str:
+    """The plan's subject naming member `name`'s protocol: the path its bundle holds it at."""
+    return f"{SWEEP_MEMBERS}/{name}/{PROTOCOL_JSON}"
+
+
+def member_statement_subject(name: str) -> str:
+    """The index's subject naming member `name`'s signed statement (sha256 of its envelope's payload)."""
+    return f"{SWEEP_MEMBERS}/{name}/{SIGNED_STATEMENT_SUBJECT}"

@@ -37,6 +37,9 @@ SCHEMA_NAMES = (
     "statement",
     "envelope",
     "reproduction",
+    "sweep",
+    "sweep-plan",
+    "sweep-index",
 )
 """Every schema the format defines."""
 

@@ -1,4 +1,4 @@
-"""Command line: `python -m job lock | init | prepare | smoke | run | reproduce`."""
+"""Command line: `python -m job lock | init | prepare | smoke | run | reproduce | sweep`."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bundle import layout
 from bundle.errors import BundleError
 from bundle.terminal import nonempty_path, tolerant_stdout
 from job import lockfile
@@ -61,8 +62,10 @@ def _parser() -> argparse.ArgumentParser:
                           "(default: none stated)")
     run.add_argument("--contact", metavar="EMAIL", help="the publisher's e-mail address (default: none)")
     rep = sub.add_parser("reproduce", help="re-run a bundle's inference and sign whether its logits reproduce")
-    rep.add_argument("bundle", type=nonempty_path, help="the bag folder or its .tar.gz (only read)")
-    rep.add_argument("--out", type=nonempty_path, required=True, help="attestation file to write (must not exist)")
+    rep.add_argument("bundle", type=nonempty_path,
+                     help="the bag folder or its .tar.gz, or a sweep directory (only read)")
+    rep.add_argument("--out", type=nonempty_path, required=True,
+                     help="attestation file to write (must not exist); for a sweep, a new folder of them")
     rep.add_argument("--signing-key", type=nonempty_path, required=True,
                      help="the reproducer's Ed25519 private key (PKCS#8 PEM); "
                           "passphrase from CALIBRATION_KEY_PASSPHRASE")
@@ -73,6 +76,23 @@ def _parser() -> argparse.ArgumentParser:
                      help="spot check: re-run whole recorded batches drawn with --seed until they hold N rows")
     rep.add_argument("--seed", type=int, metavar="S", help="seed of the spot check's draw (PCG64)")
     rep.add_argument("--no-progress", action="store_true", help="no progress bar")
+    rep.add_argument("--members", type=int, metavar="K",
+                     help="sweep only: reproduce K done members drawn with --seed (default: every one)")
+    rep.add_argument("--address", help="sweep only: join the Ray cluster at ADDRESS (default: RAY_ADDRESS, "
+                                       "else a local Ray instance bound to 127.0.0.1)")
+    sw = sub.add_parser("sweep", help="run a pre-registered sweep of protocols on Ray: signed plan, "
+                                      "member bundles, signed index")
+    sw.add_argument("sweep", type=Path, help="the sweep file (schemas/sweep.schema.json)")
+    sw.add_argument("--out", type=Path, required=True,
+                    help="sweep directory: new, or one this sweep file planned (a rerun resumes)")
+    sw.add_argument("--signing-key", type=Path, required=True,
+                    help="Ed25519 private key (PKCS#8 PEM) signing the plan, the index and every member; "
+                         "passphrase from CALIBRATION_KEY_PASSPHRASE")
+    sw.add_argument("--address", help="join the Ray cluster at ADDRESS (default: RAY_ADDRESS, else a local "
+                                      "Ray instance bound to 127.0.0.1)")
+    sw.add_argument("--cache", type=Path, default=None,
+                    help="resource cache on each node for members without a lock (default: $HF_HOME/calibration-runs)")
+    sw.add_argument("--no-progress", action="store_true", help="no progress bar")
     from job.init import add_arguments
     add_arguments(sub.add_parser("init", help="write a protocol for a model and dataset split pinned at commits"))
     lockfile.add_arguments(sub.add_parser(
@@ -110,6 +130,17 @@ def _reproduce(args: argparse.Namespace) -> int:
     """`reproduce`: the protocol comes from the bundle, the resources from the lock or the cache."""
     from job.reproduce import ReproduceOptions, reproduce
 
+    if (args.bundle / layout.SWEEP_PLAN).is_file():
+        from job.sweep_reproduce import SweepReproduceOptions, reproduce_sweep
+        if args.sample is not None:
+            raise JobError("--sample applies to one bundle; a sweep reproduces whole members, drawn with "
+                           "--members K --seed S.")
+        return reproduce_sweep(SweepReproduceOptions(
+            sweep_dir=args.bundle, out=args.out, signing_key=args.signing_key, members=args.members,
+            seed=args.seed, resources=args.resources, cache=args.cache, address=args.address))
+    if args.members is not None or args.address is not None:
+        raise JobError("--members and --address apply to a sweep directory; pass one, or drop them.")
+
     options = ReproduceOptions(bundle=args.bundle, out=args.out, signing_key=args.signing_key,
                                sample=args.sample, seed=args.seed, progress=not args.no_progress)
     return reproduce(options, lambda protocol: _resources(args, protocol))
@@ -125,6 +156,10 @@ def _main(argv: list[str] | None) -> int:
     try:
         if args.command == "reproduce":
             return _reproduce(args)
+        if args.command == "sweep":
+            from job.sweep import SweepOptions, run_sweep
+            return run_sweep(SweepOptions(sweep=args.sweep, out=args.out, signing_key=args.signing_key,
+                                          address=args.address, cache=args.cache, progress=not args.no_progress))
         if args.command == "init":
             from job.init import run_init
             return run_init(args)
@@ -154,11 +189,15 @@ def _main(argv: list[str] | None) -> int:
         return 2
     except OSError as exc:  # a disk or permission failure while writing: no bundle was published
         where = f" at {exc.filename}" if exc.filename else ""
-        what = "attestation" if args.command == "reproduce" else "bundle"
+        what = {"reproduce": "attestation", "sweep": "partial member"}.get(args.command, "bundle")
         print(f"error: {exc.strerror or exc}{where}; check free space and permissions there and run again "
               f"(no {what} was written).", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        if args.command == "sweep":
+            print("interrupted: the members already published are kept; run the same command again to resume",
+                  file=sys.stderr)
+            return 130
         print(f"interrupted: no {'attestation' if args.command == 'reproduce' else 'bundle'} was written",
               file=sys.stderr)
         return 130

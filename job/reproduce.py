@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from numpy.typing import NDArray
 
 from bundle import layout
@@ -317,18 +318,20 @@ def predicate(options: ReproduceOptions, protocol: Protocol, resources: Resource
     }
 
 
-def reproduce(options: ReproduceOptions, resolve: Callable[[Protocol], Resources]) -> int:
+def reproduce(options: ReproduceOptions, resolve: Callable[[Protocol], Resources],
+              key: Ed25519PrivateKey | None = None) -> int:
     """Verify, check resources, re-run, compare, recompute, attest; returns 0 bit-identical or
     equivalent, 1 mismatch.
 
-    `resolve` gives the resources for the bundle's protocol (a lock or the cache). Raises JobError (or
-    BundleError) on bad input; then no attestation exists at options.out."""
+    `resolve` gives the resources for the bundle's protocol (a lock or the cache); `key` is the
+    reproducer's key when the caller has loaded it already (default: read options.signing_key).
+    Raises JobError (or BundleError) on bad input; then no attestation exists at options.out."""
     if os.path.lexists(options.out):
         raise JobError(f"{options.out} already exists and attestations are never overwritten; choose "
                        "another --out.")
     if not options.out.parent.is_dir():
         raise JobError(f"The folder {options.out.parent} for --out does not exist; create it first.")
-    key = load_private_key(options.signing_key)
+    key = key if key is not None else load_private_key(options.signing_key)
     bundle = load_verified(options.bundle)
     protocol = bundle_protocol(bundle)
     resources = resolve(protocol)

@@ -67,7 +67,8 @@ def run_to_bundle(options: RunOptions, protocol: Protocol, resources: Resources)
               "'other':" + "".join(f"\n  - {d}" for d in resources.deviations), file=sys.stderr)
     key = _signing_key(options)
     try:
-        result = _run_and_seal(options, protocol, resources, key)
+        result = run_and_seal(options.out, protocol, resources, key, progress=options.progress,
+                              publication=options.publication, threads=options.threads)
     except BaseException:
         if options.ephemeral_key:  # a throwaway key for a bundle that does not exist is useless
             shutil.rmtree(ephemeral_key_dir(options.out), ignore_errors=True)
@@ -81,12 +82,16 @@ def run_to_bundle(options: RunOptions, protocol: Protocol, resources: Resources)
     return 0
 
 
-def _run_and_seal(options: RunOptions, protocol: Protocol, resources: Resources, key: Any) -> RunResult:
+def run_and_seal(out: Path, protocol: Protocol, resources: Resources, key: Any, *, progress: bool,
+                 publication: Publication, threads: int | None = None) -> RunResult:
+    """Execute the protocol and seal its bundle at `out`, signed with `key`; `out` appears only
+    complete and signed (bundle.publish.assembling). `threads`: torch threads (None: the physical
+    cores this process may run on, at most the protocol's torch_threads)."""
     date = bagging_date()  # one date for the crate's datePublished and the bag's Bagging-Date
-    with assembling(options.out) as staging:
-        result = execute(protocol, resources, staging / layout.DATA_DIR, progress=options.progress,
+    with assembling(out) as staging:
+        result = execute(protocol, resources, staging / layout.DATA_DIR, progress=progress,
                          signer_fingerprint=fingerprint(key), date_published=date,
-                         publication=options.publication, threads=options.threads)
+                         publication=publication, threads=threads)
         seal(staging, description=f"Temperature-scaling calibration run under protocol {protocol.sha256[:16]} "
              f"({protocol.doc['name']}), profile {resources.profile}.",
              protocol_sha256=protocol.sha256, profile=resources.profile,

@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from verify import limits, report, reproduction, signature
+from verify import limits, report, reproduction, signature, sweep
 from verify.api import verify_path
 from verify.context import Trust
 from verify.result import EXIT_UNREADABLE, InputError
@@ -76,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "recomputed from the stored logits.",
                 epilog="exit codes: 0 verified with a trusted signer; 1 a check failed; 2 usage "
                        "or unreadable input; 3 every check passed but no trusted key was given")
-    p.add_argument("bundle", type=_path, help="the bag folder or the bundle .tar.gz archive")
+    p.add_argument("bundle", type=_path, help="the bag folder, the bundle .tar.gz archive, or a sweep directory "
+                                              "(python -m job sweep)")
     trust = p.add_mutually_exclusive_group()
     trust.add_argument("--trusted-key", metavar="PUB.pem", action="append",
                        help="a trusted signer's Ed25519 public key (SubjectPublicKeyInfo PEM); "
@@ -110,6 +111,21 @@ def _write_report(path: Path, text: str) -> None:
         out.write(text)
 
 
+def _verify_sweep(args: argparse.Namespace) -> int:
+    """A sweep directory: every planned member verified under the --trusted-key(s), one table."""
+    if not args.trusted_key:
+        raise InputError(f"{args.bundle} is a sweep; pass --trusted-key PUB.pem, the key that signed its plan.")
+    if args.protocol is not None or args.json is not None:
+        raise InputError("--protocol and --json apply to one bundle; verify a member folder under members/ "
+                         "for them.")
+    keys = [(signature.load_trusted_key(path), path) for path in args.trusted_key]
+    attestations = tuple(reproduction.load_attestation(a) for a in args.reproduction)
+    reproducers = tuple(signature.load_trusted_key(k) for k in args.trusted_reproducer)
+    outcome = sweep.verify_sweep(args.bundle, keys, attestations=attestations, reproducers=reproducers)
+    sys.stdout.write(sweep.sweep_table(outcome))
+    return outcome.exit_code
+
+
 def main(argv: list[str] | None = None) -> int:
     _tolerant_stdio()
     args = build_parser().parse_args(argv)
@@ -120,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.bundle.is_symlink():
             raise InputError(f"{args.bundle} is a symbolic link; pass the bag folder or archive "
                              "itself.")
+        if sweep.is_sweep(args.bundle):
+            return _verify_sweep(args)
         trust = Trust()
         count = len(set(args.trusted_key or []))
         if args.threshold < 1 or args.threshold > max(count, 1):

@@ -82,6 +82,25 @@ def _reproduction() -> dict[str, Any]:
                                         predicate)
 
 
+def _sweep_examples() -> dict[str, Any]:
+    """A sweep file, and a plan and an index predicate through the writer's own checks."""
+    from bundle.sweep import index_statement, plan_statement
+
+    pins = {"repo_id": "r", "revision": "v", "files": [{"path": "model.safetensors", "sha256": HEX}]}
+    plan = plan_statement("tiny", HEX, [{"name": "a", "protocol_sha256": HEX, "resources": {
+        "num_cpus": 1, "max_retries": 3, "source": "lock", "model": pins, "dataset": pins}}])
+    metric = {"raw": 0.5, "calibrated": 0.4, "difference": {"point": -0.1, "lower": -0.2, "upper": 0.0}}
+    index = index_statement(HEX, [
+        {"name": "a", "status": "done", "statement_sha256": HEX, "summary": {
+            "temperature": 1.5, "boundary": False, "n": 360, "interval_level": 0.95,
+            "metrics": {"nll": metric, "ece": metric, "brier": metric}}},
+        {"name": "b", "status": "failed", "error": "The lock does not match."}])
+    sweep = {"name": "tiny", "protocol": "provenance.json", "lock": "lock.json",
+             "models": [{"label": "m", "lock": "lock.json"}], "prefixes": ["a:"],
+             "pool_sizes": [{"calibration": 8}], "member": {"threads": 1, "max_retries": 2}}
+    return {"sweep": sweep, "sweep-plan": plan["predicate"], "sweep-index": index["predicate"]}
+
+
 @pytest.fixture(scope="module")
 def good(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     bag = tmp_path_factory.mktemp("payload")
@@ -99,6 +118,7 @@ def good(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "statement": statement,
         "envelope": envelope,
         "reproduction": _reproduction(),
+        **_sweep_examples(),
     }
 
 
@@ -171,6 +191,9 @@ def test_extra_top_level_property_rejected(name: str, good: dict[str, Any]) -> N
         ("statement", ["subject", 0, "digest"]),
         ("envelope", ["signatures", 0]),
         ("reproduction", ["predicate", "rows", "pools", "audit"]),
+        ("sweep", ["member"]),
+        ("sweep-plan", ["members", 0, "resources", "model"]),
+        ("sweep-index", ["members", 0, "summary", "metrics", "ece"]),
     ],
 )
 def test_extra_nested_property_rejected(name: str, path: list[Any], good: dict[str, Any]) -> None:
@@ -262,6 +285,14 @@ def _bundle_documents(bundle: Path, lock: Path, out: Path) -> dict[str, Path]:
                  "--signing-key", str(out / "reproducer" / "signing-key.pem"), "--sample", "4", "--seed", "1"]) == 0
     docs["reproduction"] = out / "reproduction.json"
     docs["reproduction"].write_bytes(base64.b64decode(json.loads(attestation.read_bytes())["payload"]))
+    from tests.sweeps import build_sweep_dir, write_sweep
+
+    docs["sweep"] = write_sweep(out / "sweep.json", (bundle / layout.PROTOCOL_JSON, lock), prefixes=["s:"])
+    build_sweep_dir(docs["sweep"], out / "sweep", out / "reproducer" / "signing-key.pem")
+    for name, record in (("sweep-plan", layout.SWEEP_PLAN), ("sweep-index", layout.SWEEP_INDEX)):
+        envelope_doc = json.loads((out / "sweep" / record).read_bytes())
+        docs[name] = out / f"{name}.json"
+        docs[name].write_text(json.dumps(json.loads(base64.b64decode(envelope_doc["payload"]))["predicate"]))
     return docs
 
 

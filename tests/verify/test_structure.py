@@ -27,6 +27,7 @@ ALLOWED_FROM_BUNDLE = {
     ("bundle.views.markdown", "text"),
     ("bundle.views.figures", "render_figures"),
     ("bundle.views.crate", "crate_bytes"),
+    ("bundle.views.sweep", "render_sweep_views"),
 }
 """The definitions verify/ shares with the writer: layout names, canonical JSON, PAE, the key
 fingerprint, where the schemas live; and the renderers of the views (bundle.views), which lay

@@ -1,0 +1,90 @@
+"""Expanding a sweep file into members, and the sweep directory's plan: canonical protocols with
+only the varied fields changed, unique names, one-sentence refusals, and a rerun that recognises
+its own plan but refuses another sweep file."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from bundle import layout
+from bundle.canonical import dumps
+from bundle.keys import generate, load_private_key
+from job.errors import JobError
+from job.sweep_dir import open_sweep_dir
+from job.sweep_spec import load_sweep
+from tests.sweeps import write_sweep
+
+
+def test_members_are_the_cross_product_with_only_the_axes_changed(tiny_world: tuple[Path, Path],
+                                                                  tmp_path: Path) -> None:
+    protocol, lock = tiny_world
+    path = write_sweep(tmp_path / "s.json", tiny_world, prefixes=["r0:", "r1:"], threads=2,
+                       models=[{"label": "m1"}, {"label": "m2", "lock": str(lock)}])
+    doc = json.loads(path.read_text())
+    doc["pool_sizes"] = [{"explore": 8, "calibration": 20, "audit": 20}, {"explore": 4, "calibration": 24, "audit": 20}]
+    path.write_text(json.dumps(doc))
+    sweep = load_sweep(path)
+    assert [m.name for m in sweep.members] == [
+        "m1-r0-n8-20-20", "m1-r0-n4-24-20", "m1-r1-n8-20-20", "m1-r1-n4-24-20",
+        "m2-r0-n8-20-20", "m2-r0-n4-24-20", "m2-r1-n8-20-20", "m2-r1-n4-24-20"]
+    base = json.loads(protocol.read_text())
+    for m in sweep.members:
+        assert m.protocol == dumps(json.loads(m.protocol))  # canonical
+        assert m.protocol_sha256 == hashlib.sha256(m.protocol).hexdigest()
+        doc_m = json.loads(m.protocol)
+        assert doc_m["inference"]["torch_threads"] == 2 and m.num_cpus == 2 and m.max_retries == 3
+        assert doc_m["split"]["prefix"] in {"r0:", "r1:"}
+        changed = {k for k in base if base[k] != doc_m[k]}
+        assert changed <= {"split", "inference"}
+        assert m.pins["source"] == "lock"
+        assert Path(m.lock["model"]["files"][0]["local_path"]).is_absolute()  # type: ignore[index]
+    # m1 and m2 differ only in where their files come from (the same lock here), not in the protocol
+    assert len({m.protocol_sha256 for m in sweep.members}) == 4
+    assert load_sweep(path).members == sweep.members  # pure: the same files give the same members
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda d: d.update(pool_sizes=[{"calibration": 5}]), "do not name exactly"),
+    (lambda d: d.update(prefixes=["a:", "a/"]), "both named 'a'"),
+    (lambda d: (d.pop("lock"), d.update(models=[{"label": "x", "lock": "LOCK"}, {"label": "y"}])),
+     "give every member a lock"),
+    (lambda d: d["member"].update(threads=0), "sweep.schema.json"),
+])
+def test_a_sweep_that_cannot_be_planned_is_refused_in_one_sentence(edit, message: str,  # type: ignore[no-untyped-def]
+                                                                   tiny_world: tuple[Path, Path],
+                                                                   tmp_path: Path) -> None:
+    path = write_sweep(tmp_path / "s.json", tiny_world, prefixes=["a:"])
+    doc = json.loads(path.read_text())
+    edit(doc)
+    text = json.dumps(doc).replace('"LOCK"', json.dumps(str(tiny_world[1])))
+    path.write_text(text)
+    with pytest.raises(JobError, match=message) as info:
+        load_sweep(path)
+    assert "\n" not in str(info.value)
+
+
+def test_a_rerun_recognises_its_plan_and_refuses_another_sweep(tiny_world: tuple[Path, Path], tmp_path: Path) -> None:
+    generate(tmp_path / "k")
+    key = load_private_key(tmp_path / "k" / "signing-key.pem")
+    out = tmp_path / "out"
+    out.mkdir()
+    first = load_sweep(write_sweep(tmp_path / "s.json", tiny_world, prefixes=["a:", "b:"]))
+    digest = open_sweep_dir(out, first, key)
+    plan = (out / layout.SWEEP_PLAN).read_bytes()
+    assert open_sweep_dir(out, first, key) == digest and (out / layout.SWEEP_PLAN).read_bytes() == plan
+    (out / layout.SWEEP_PLAN).unlink()  # stopped after sweep.json, before the plan: the rerun signs the same plan
+    assert open_sweep_dir(out, first, key) == digest and (out / layout.SWEEP_PLAN).read_bytes() == plan
+    other = load_sweep(write_sweep(tmp_path / "t.json", tiny_world, prefixes=["a:", "c:"]))
+    with pytest.raises(JobError, match="holds a different sweep file"):
+        open_sweep_dir(out, other, key)
+    generate(tmp_path / "k2")
+    with pytest.raises(JobError, match="holds a plan that"):
+        open_sweep_dir(out, first, load_private_key(tmp_path / "k2" / "signing-key.pem"))
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "x").write_text("x")
+    with pytest.raises(JobError, match="is not a sweep directory"):
+        open_sweep_dir(tmp_path / "busy", first, key)
