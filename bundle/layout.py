@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-FORMAT_VERSION: Final = 1
+FORMAT_VERSION: Final = 2
 """The bundle format this code writes (FORMAT.md's title); the signed predicate records it."""
-OLDEST_VERIFIER: Final = "1.0.0"
+OLDEST_VERIFIER: Final = "2.0.0"
 """The oldest release of the verifier (calibration-verify) that reads FORMAT_VERSION."""
 
 # Tag files (bag root).

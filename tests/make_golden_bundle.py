@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""Regenerate tests/goldens/bundle-v1/, a small signed bundle of format 1 that every later
-verifier must still accept (tests/verify/test_golden_bundle.py), and its trusted public key
-tests/goldens/bundle-v1.pub.pem.
+"""Write tests/goldens/bundle-v<N>/, a small signed bundle of the format this code writes
+(bundle.layout.FORMAT_VERSION, N) that every later verifier must still accept
+(tests/verify/test_golden_bundle.py), and its trusted public key tests/goldens/bundle-v<N>.pub.pem.
 
     .venv/bin/python -m tests.make_golden_bundle
 
 The job runs on the tiny generated world of tests/factory.py (the unit tests' fixtures) with a
 fresh Ed25519 key; the private half is generated in a temporary folder and deleted with it, so
 nobody can sign another bundle as this one's signer. Regenerate only when format 1 itself is
-meant to change: the point of the golden is that it does not.
+meant to change: the point of the golden is that it does not. Goldens of earlier formats are never
+rewritten.
 """
 
 from __future__ import annotations
@@ -20,8 +21,11 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-GOLDEN = REPO / "tests" / "goldens" / "bundle-v1"
-TRUSTED_KEY = REPO / "tests" / "goldens" / "bundle-v1.pub.pem"
+sys.path.insert(0, str(REPO))
+from bundle.layout import FORMAT_VERSION
+
+GOLDEN = REPO / "tests" / "goldens" / f"bundle-v{FORMAT_VERSION}"
+TRUSTED_KEY = REPO / "tests" / "goldens" / f"bundle-v{FORMAT_VERSION}.pub.pem"
 SOURCE_DATE_EPOCH = "1767225600"  # 2026-01-01: the golden's Bagging-Date and datePublished
 PUBLICATION = ["--license", "https://spdx.org/licenses/CC-BY-4.0",
                "--publisher", "calibration-runs <https://calibration-runs.example/>",

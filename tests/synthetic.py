@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from bundle.bag import seal
 from bundle.canonical import dumps
 from bundle.keys import fingerprint
+from job.plausibility import run_warnings
 from verify import numerics
 
 REPO = Path(__file__).resolve().parent.parent
@@ -116,6 +117,7 @@ def _parquet(entries: list[dict[str, Any]], z32: np.ndarray, y: np.ndarray,
     cols["token_count"] = pa.array(tokens, pa.int32())
     cols["truncated"] = pa.array(np.zeros(len(entries), dtype=bool), pa.bool_())
     cols["batch"] = pa.array(batch, pa.int32())
+    cols["full_token_count"] = pa.array(tokens, pa.int32())
     sink = pa.BufferOutputStream()
     pq.write_table(pa.table(cols), sink, compression="zstd", use_dictionary=False,
                    write_statistics=False)
@@ -147,11 +149,11 @@ def write_payload(data: Path, *, sizes: tuple[int, int, int] | None = (8, 40, 40
         "deviations": [] if profile == "formal" else
         ["The logits are synthetic test data, not the pinned model's."],
         "model": {"repo_id": "test/synthetic", "repo_type": "model", "revision": "local",
-                  "source": "local",
+                  "source": "local", "revision_checked_by_hub": False,
                   "files": [{"path": "model.safetensors", "size": 1, "sha256": sha256(b"m"),
                              "pinned_sha256": None, "pin": "none", "matches_pin": False}]},
         "dataset": {"repo_id": "test/synthetic-sst2", "repo_type": "dataset", "revision": "local",
-                    "source": "local",
+                    "source": "local", "revision_checked_by_hub": False,
                     "files": [{"path": "data/validation-00000-of-00001.parquet", "size": 1,
                                "sha256": dataset_sha, "pinned_sha256": dataset_sha,
                                "pin": "none", "matches_pin": True}]},
@@ -171,6 +173,7 @@ def write_payload(data: Path, *, sizes: tuple[int, int, int] | None = (8, 40, 40
         "protocol_sha256": psha, "dataset_sha256": dataset_sha, "prefix": prefix, "pools": pools,
         "sizes": {name: len(entries) for name, entries in pools.items()}})
     arrays = {}
+    longest = {}
     batch_size = protocol["inference"]["batch_size"]
     for name in (CAL, AUDIT):
         n = len(pools[name])
@@ -184,6 +187,7 @@ def write_payload(data: Path, *, sizes: tuple[int, int, int] | None = (8, 40, 40
         (data / "predictions" / f"{name}.parquet").write_bytes(raw)
         digests[f"predictions/{name}.parquet"] = sha256(raw)
         arrays[name] = (z32.astype(np.float64), y.astype(np.int64))
+        longest[name] = int(tokens.max())
     fit = protocol["fit"]
     z, y = arrays[CAL]
     b = bisect(z, y, fit["t_min"], fit["t_max"], fit["steps"])
@@ -209,6 +213,10 @@ def write_payload(data: Path, *, sizes: tuple[int, int, int] | None = (8, 40, 40
                          "raw": numerics.metric_set(*arrays[name], 1.0, threshold),
                          "calibrated": numerics.metric_set(*arrays[name], beta, threshold)}
                   for name in (AUDIT, CAL)}}
+    max_length = protocol["inference"]["max_length"]
+    metrics["warnings"] = run_warnings(metrics["pools"][AUDIT]["raw"]["accuracy"], k, temperature)
+    metrics["truncation"] = {name: {"rows": len(pools[name]), "truncated": 0, "longest_tokens": longest[name],
+                                    "max_length": max_length} for name in (AUDIT, CAL)}
     digests["metrics.json"] = _write_json(data, "metrics.json", metrics)
     if "bootstrap" in protocol:
         _write_json(data, "bootstrap.json", _bootstrap(protocol, psha, digests, arrays[AUDIT],
@@ -234,7 +242,12 @@ def write_payload(data: Path, *, sizes: tuple[int, int, int] | None = (8, 40, 40
     _write_json(data, "environment.json", {
         "python": "3.11", "implementation": "CPython", "platform": "test", "os": "test",
         "machine": "x86_64", "cpu_model": None, "logical_cores": 2,
-        "packages": {"numpy": np.__version__, "torch": None}, "torch": {"threads": 4},
+        "packages": {"numpy": np.__version__, "torch": None},
+        "torch": {"num_threads": protocol["inference"]["torch_threads"]},
+        "threads": {"used": protocol["inference"]["torch_threads"], "chosen_by": "--threads",
+                    "protocol_bound": protocol["inference"]["torch_threads"], "physical_cores": 2, "cpu_quota": None},
+        "arithmetic": {"cpu_vendor": "SyntheticVendor", "cpu_model": None, "cpu_flags": ["avx2"],
+                       "aten_capability": "AVX2", "onednn_isa": None, "mkl": None, "env": {}},
         "env": {"CALIBRATION_IMAGE": None}, "image": None, "git_commit": None,
         "timings_s": {name: 1.0 for name, _, _ in stages},
         "stage_times": [{"stage": name, "start": f"2024-05-07T00:00:0{i}Z",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from verify.result import EXIT_FAILED, EXIT_OK, EXIT_UNREADABLE, EXIT_UNTRUSTED, Check
 
-__version__ = "1.0.0"
+__version__ = "2.0.0"
 """The release of this verifier (the calibration-verify distribution, verify/pyproject.toml)."""
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_UNREADABLE", "EXIT_UNTRUSTED", "Check", "__version__"]

@@ -106,6 +106,7 @@ CONTENT: tuple[Entry | Group, ...] = (
     ), each=schemacheck.json_files),
     Entry("json.statement", "signed statement valid against the verifier's schema",
           schemacheck.signed_statement),
+    Entry("format.fields", "records hold every field their format requires", compat.format_fields),
     Entry("protocol.bounds", "protocol's sizes within the verifier's bounds", records.protocol_bounds),
     Entry("protocol.hash", "every record names the protocol in the bag", records.protocol_hash),
     Entry("protocol.pre-registered", "protocol equals the pre-registered one",

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any
+from pathlib import Path
+from typing import Any, Final
 
 from bundle import layout
 from bundle.schemas import SCHEMA_DIR
@@ -55,22 +56,42 @@ def expected_predicate(ctx: Context) -> dict[str, Any]:
     }
 
 
-RELEASED_DIGESTS = SCHEMA_DIR / f"format-{layout.FORMAT_VERSION}.digests.json"
-"""Earlier revisions of each payload schema that bundles of this format may name."""
+def released_digests_file(version: int) -> Path:
+    """schemas/format-N.digests.json: earlier revisions of each payload schema that bundles of
+    format N may name."""
+    return SCHEMA_DIR / f"format-{version}.digests.json"
 
 
-@functools.lru_cache(maxsize=1)
-def released_digests() -> dict[str, frozenset[str]]:
-    """Schema name -> sha256 of its earlier revisions of this format (schemas/format-N.digests.json)."""
-    doc = json.loads(RELEASED_DIGESTS.read_bytes())
+@functools.lru_cache(maxsize=4)
+def released_digests(version: int) -> dict[str, frozenset[str]]:
+    """Schema name -> sha256 of its earlier revisions that format `version` may name."""
+    path = released_digests_file(version)
+    if not path.is_file():
+        return {}
+    doc = json.loads(path.read_bytes())
     return {name: frozenset(digests) for name, digests in doc["schemas"].items()}
 
 
-def _released_pin(path: str, pin: Any) -> bool:
-    """Whether `pin` names this path's schema at an earlier revision of this format."""
+NEWER_THAN: Final[dict[int, frozenset[str]]] = {1: frozenset({"environment", "metrics", "protocol", "resources"})}
+"""Format -> the payload schemas whose current revision belongs to a later format. A bundle of that
+format must name one of its own format's revisions of them (schemas/format-N.digests.json), so
+that a newer bundle cannot be relabelled as an older format to shed the fields the newer one
+requires (verify.compat.REQUIRED_SINCE)."""
+
+
+def _newer_schema_pins(signed: dict[str, Any], version: int) -> list[str]:
+    """The payload files whose signed schema pin names a revision newer than format `version`."""
+    newer = NEWER_THAN.get(version, frozenset())
+    return [path for path, pin in sorted(signed.items())
+            if layout.PAYLOAD_SCHEMAS.get(path) in newer and isinstance(pin, dict)
+            and pin.get("sha256") == schemacheck.schema_sha256(layout.PAYLOAD_SCHEMAS[path])]
+
+
+def _released_pin(path: str, pin: Any, version: int) -> bool:
+    """Whether `pin` names this path's schema at an earlier revision of format `version`."""
     name = layout.PAYLOAD_SCHEMAS.get(path)
     return (name is not None and isinstance(pin, dict) and pin.get("id") == schemacheck.schema_id(name)
-            and pin.get("sha256") in released_digests().get(name, frozenset()))
+            and pin.get("sha256") in released_digests(version).get(name, frozenset()))
 
 
 def _diff(found: Any, expected: Any, where: str, out: list[str]) -> None:
@@ -93,9 +114,15 @@ def check(predicate: dict[str, Any], ctx: Context) -> str:
     expected = expected_predicate(ctx)
     expected.update({k: predicate[k] for k in CHECKED_ELSEWHERE if k in predicate})
     signed_schemas = predicate.get("schemas")
-    if isinstance(signed_schemas, dict):
+    fmt = predicate.get("format")
+    version = fmt.get("version") if isinstance(fmt, dict) else None
+    if isinstance(signed_schemas, dict) and isinstance(version, int):
+        newer = _newer_schema_pins(signed_schemas, version)
+        if newer:
+            raise Failed(f"the bundle states format {version} but names a later format's schema for "
+                         f"{', '.join(newer)}; it is not a format-{version} bundle.")
         for path, pin in signed_schemas.items():
-            if path in expected["schemas"] and _released_pin(path, pin):
+            if path in expected["schemas"] and _released_pin(path, pin, version):
                 expected["schemas"][path] = pin  # an earlier revision of this format's schema
     diffs: list[str] = []
     _diff(predicate, expected, "predicate", diffs)

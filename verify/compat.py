@@ -8,13 +8,28 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from bundle import layout
 from verify import __version__
 from verify.context import Context
 from verify.result import Failed
 
-READS_FORMATS: Final = frozenset({1})
+READS_FORMATS: Final = frozenset({1, 2})
 """The bundle format versions this release checks completely."""
 DISTRIBUTION: Final = "calibration-verify"
+
+REQUIRED_SINCE: Final[dict[int, tuple[tuple[str, str], ...]]] = {
+    2: ((layout.ENVIRONMENT_JSON, "arithmetic"),
+        (layout.ENVIRONMENT_JSON, "threads"),
+        (layout.METRICS_JSON, "truncation"),
+        (layout.METRICS_JSON, "warnings"),
+        (layout.RESOURCES_JSON, "model.revision_checked_by_hub"),
+        (layout.RESOURCES_JSON, "dataset.revision_checked_by_hub")),
+}
+"""(file, dotted field) that a format requires and earlier formats lack. Their schemas keep them
+optional, so that format-1 documents still validate; this table makes them required from the
+format that introduced them, so that a signer cannot drop a warning or the arithmetic record
+from a newer bundle and have it read as an older one. The predictions' `full_token_count`
+column is required the same way (verify.predictions.columns)."""
 
 
 def _release(text: str) -> tuple[int, ...]:
@@ -41,6 +56,31 @@ def check_format(predicate: dict[str, Any], verifier_version: str = __version__)
                      f"not read (it reads format {known}); upgrade the verifier to {oldest} or later "
                      f"(pip install --upgrade {DISTRIBUTION}) and verify again.")
     return f"format {version}, read by {DISTRIBUTION} {oldest} and later (this is {verifier_version})"
+
+
+def bundle_format(ctx: Context) -> int:
+    """The format version the signed statement states (format.version checked it is one this
+    release reads)."""
+    statement = ctx.need(ctx.statement, "the signed statement")
+    return int(statement["predicate"]["format"]["version"])
+
+
+def _has(doc: Any, dotted: str) -> bool:
+    for part in dotted.split("."):
+        if not isinstance(doc, dict) or part not in doc:
+            return False
+        doc = doc[part]
+    return True
+
+
+def format_fields(ctx: Context) -> str:
+    """Every record holds the fields its format requires (REQUIRED_SINCE)."""
+    version = bundle_format(ctx)
+    wanted = [pair for since, pairs in sorted(REQUIRED_SINCE.items()) if since <= version for pair in pairs]
+    missing = [f"{path} {field}" for path, field in wanted if not _has(ctx.doc(path), field)]
+    if missing:
+        raise Failed(f"this format-{version} bundle lacks fields its format requires: {', '.join(missing)}.")
+    return f"the {len(wanted)} fields format {version} added are present" if wanted else "no fields to add"
 
 
 def format_version(ctx: Context) -> str:

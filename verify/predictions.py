@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bundle import layout
-from verify import limits, numerics
+from verify import compat, limits, numerics
 from verify.context import METRIC_TOL, POOL_NAMES, Context
 from verify.documents import PoolData
 from verify.result import Failed
@@ -50,8 +50,10 @@ def _check_metadata(path: str, source: pq.ParquetFile, k: int, max_rows: int) ->
                      f"{max_rows:,} rows may hold (FORMAT.md, Limits).")
 
 
-def read_pool(name: str, data: bytes, k: int, max_rows: int = limits.MAX_ROWS) -> PoolData:
-    """The predictions of pool `name`, at most `max_rows` rows (checked in the footer first)."""
+def read_pool(name: str, data: bytes, k: int, max_rows: int = limits.MAX_ROWS,
+              full_counts_required: bool = True) -> PoolData:
+    """The predictions of pool `name`, at most `max_rows` rows (checked in the footer first);
+    `full_token_count` may be absent only where `full_counts_required` is false (format 1)."""
     path = f"data/predictions/{name}.parquet"
     try:
         source = pq.ParquetFile(io.BytesIO(data))
@@ -62,7 +64,7 @@ def read_pool(name: str, data: bytes, k: int, max_rows: int = limits.MAX_ROWS) -
     except Exception as exc:  # pyarrow raises many types for corrupt files
         raise Failed(f"{path} cannot be read as Parquet ({type(exc).__name__}: "
                      f"{str(exc)[:200]}).") from exc
-    want = expected_schema(k, full_counts="full_token_count" in table.column_names)
+    want = expected_schema(k, full_counts=full_counts_required or "full_token_count" in table.column_names)
     got = [(f.name, str(f.type)) for f in table.schema]
     expected = [(f.name, str(f.type)) for f in want]
     if got != expected:
@@ -178,7 +180,8 @@ def columns(ctx: Context, pool: str) -> str:
     protocol = ctx.doc(layout.PROTOCOL_JSON)
     dims = limits.bounded_dimensions(protocol)
     k = len(protocol["resources"]["dataset"]["labels"])
-    ctx.tables[pool] = read_pool(pool, tree.files[path], k, dims.pool_sizes.get(pool, dims.rows))
+    ctx.tables[pool] = read_pool(pool, tree.files[path], k, dims.pool_sizes.get(pool, dims.rows),
+                                 full_counts_required=compat.bundle_format(ctx) >= 2)
     return f"{len(ctx.tables[pool].y)} rows, {k} classes, columns and types as specified"
 
 

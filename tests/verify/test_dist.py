@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 import verify
+from bundle import layout
 
 REPO = Path(__file__).resolve().parents[2]
-GOLDEN = REPO / "tests" / "goldens" / "bundle-v1"
-TRUSTED_KEY = REPO / "tests" / "goldens" / "bundle-v1.pub.pem"
+GOLDEN = REPO / "tests" / "goldens" / f"bundle-v{layout.FORMAT_VERSION}"
+TRUSTED_KEY = REPO / "tests" / "goldens" / f"bundle-v{layout.FORMAT_VERSION}.pub.pem"
 
 
 def _run(*cmd: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
