@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from bundle import layout
 from job.cli import main
 
 
@@ -33,7 +34,7 @@ def test_defaults_are_signed(tiny_bundle: Path) -> None:
         "license": "https://spdx.org/licenses/CC-BY-4.0",
         "publisher": {"name": "calibration-runs", "id": "https://calibration-runs.example/"},
         "authors": [], "contact": None}
-    assert predicate["format"] == {"version": 1, "oldest_verifier": "1.0.0"}
+    assert predicate["format"] == {"version": layout.FORMAT_VERSION, "oldest_verifier": layout.OLDEST_VERIFIER}
 
 
 def test_the_verifier_requires_the_crate_to_state_the_signed_publication(tiny_bundle: Path) -> None:
