@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -24,16 +24,19 @@ from bundle import layout
 from bundle.attestation import attestation_bytes, build_reproduction_statement, write_attestation
 from bundle.keys import fingerprint, load_private_key
 from job.batching import Tokenized
-from job.dataset import load_rows
+from job.dataset import Rows, load_rows
+from job.engines import Engine
 from job.environment import cpu_model, git_commit
 from job.errors import JobError
-from job.inference import run_batches
 from job.logit_compare import compare_rows
 from job.protocol import Protocol
 from job.resources import Resources
-from job.split import make_pools
+from job.split import Pool, make_pools
 from job.spot_sample import draw_rows
 from job.verified_bundle import RecordedPool, VerifiedBundle, load_verified
+
+if TYPE_CHECKING:
+    from job.sharded import ShardOptions
 
 POOLS = layout.REPRODUCTION_POOLS
 SHOWN_DIFFERENCES = 10
@@ -49,6 +52,7 @@ class ReproduceOptions:
     sample: int | None = None  # compare this many seeded rows instead of all
     seed: int | None = None
     progress: bool = True
+    shard: ShardOptions | None = None  # re-run the batches on a Ray cluster (job.sharded)
 
     def __post_init__(self) -> None:
         if (self.sample is None) != (self.seed is None):
@@ -108,10 +112,11 @@ def _plan(pool: RecordedPool, positions: list[int] | None) -> tuple[list[int], l
 
 
 def rerun(bundle: VerifiedBundle, protocol: Protocol, resources: Resources, sample: dict[str, list[int]] | None,
-          progress: bool) -> Finding:
-    """Re-derive the pools, re-run the recorded batches, and compare the chosen rows with the bundle."""
-    from job.model import load_model, model_directory
-    from job.runtime import Settings, configure_torch
+          progress: bool, shard: ShardOptions | None = None) -> Finding:
+    """Re-derive the pools, re-run the recorded batches (here, or on the cluster `shard` names), and
+    compare the chosen rows with the bundle."""
+    from job.engines import open_engine
+    from job.runtime import Settings
 
     s = Settings.from_protocol(protocol.inference)
     rows = load_rows([f.local for f in resources.dataset.files], resources.dataset_spec, protocol.dataset)
@@ -124,9 +129,14 @@ def rerun(bundle: VerifiedBundle, protocol: Protocol, resources: Resources, samp
         if ids != theirs.idx.tolist() or hashes != theirs.text_sha256:
             raise JobError(f"The {name} pool re-derived from the dataset differs from the bundle's "
                            "predictions; the dataset or the split rule is not the bundle's.")
-    configure_torch(s)
-    with model_directory(resources.model) as model_dir:
-        model = load_model(model_dir, s)
+    with open_engine(shard, bundle.protocol_raw, bundle.json(layout.RESOURCES_JSON), resources, s) as engine:
+        return _compare(bundle, protocol, engine, pools, rows, recorded, sample, progress, s.max_length)
+
+
+def _compare(bundle: VerifiedBundle, protocol: Protocol, engine: Engine, pools: dict[str, Pool], rows: Rows,
+             recorded: dict[str, RecordedPool], sample: dict[str, list[int]] | None, progress: bool,
+             max_length: int) -> Finding:
+    """Re-run each pool's recorded batches that hold the compared rows on `engine` and compare."""
     finding = Finding({}, {}, {}, {}, {})
     for name in POOLS:
         theirs = recorded[name]
@@ -138,9 +148,10 @@ def rerun(bundle: VerifiedBundle, protocol: Protocol, resources: Resources, samp
         # The run's inputs for these rows: the same texts (and pairs), tokenised by the same rule and
         # with token type ids for a model with segment embeddings, batch by batch as they run.
         texts, pairs = rows.inputs([positions[r] for r in needed])
-        tokens = Tokenized(model.tokenizer, texts, s.max_length, pairs, segments=model.segments)
+        tokens = Tokenized(engine.tokenizer, texts, max_length, pairs, segments=engine.segments)
         label = f"{name} re-run" if progress else None
-        logits = run_batches(model.forward, model.pad_id, tokens, [[local[r] for r in b] for b in plan], label)
+        logits = engine.run(name, tokens, [[local[r] for r in b] for b in plan], label,
+                            bundle.sha256(layout.TEMPERATURE_JSON))
         if protocol.label_map is not None:
             logits = protocol.label_map.reorder(logits)  # stored columns are in dataset label order
         compared = chosen if chosen is not None else list(range(len(positions)))
@@ -229,7 +240,7 @@ def reproduce(options: ReproduceOptions, resolve: Callable[[Protocol], Resources
     sample = None
     if options.sample is not None and options.seed is not None:
         sample = draw_rows(sizes, options.sample, options.seed)
-    finding = rerun(bundle, protocol, resources, sample, options.progress)
+    finding = rerun(bundle, protocol, resources, sample, options.progress, options.shard)
     recorded_idx = {n: bundle.pool(n).idx.tolist() for n in POOLS}
     doc = predicate(options, protocol, resources, finding, recorded_idx, fingerprint(key))
     statement = build_reproduction_statement(

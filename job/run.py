@@ -6,7 +6,7 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bundle import layout
 from bundle.bag import bagging_date, seal
@@ -18,6 +18,9 @@ from job.protocol import Protocol
 from job.resources import Resources
 from job.rocrate import Publication
 from job.summary import summary
+
+if TYPE_CHECKING:
+    from job.sharded import ShardOptions
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,7 @@ class RunOptions:
     ephemeral_key: bool = False  # sign with a throwaway key written beside `out`
     progress: bool = True
     publication: Publication = field(default_factory=Publication)  # licence, publisher, authors
+    shard: ShardOptions | None = None  # run the pools' batches on a Ray cluster (job.sharded)
 
     def __post_init__(self) -> None:
         if self.signing_key is None and not self.ephemeral_key:
@@ -65,7 +69,7 @@ def run_to_bundle(options: RunOptions, protocol: Protocol, resources: Resources)
     key = _signing_key(options)
     try:
         result = run_and_seal(options.out, protocol, resources, key, progress=options.progress,
-                              publication=options.publication)
+                              publication=options.publication, shard=options.shard)
     except BaseException:
         if options.ephemeral_key:  # a throwaway key for a bundle that does not exist is useless
             shutil.rmtree(ephemeral_key_dir(options.out), ignore_errors=True)
@@ -80,14 +84,14 @@ def run_to_bundle(options: RunOptions, protocol: Protocol, resources: Resources)
 
 
 def run_and_seal(out: Path, protocol: Protocol, resources: Resources, key: Any, *, progress: bool,
-                 publication: Publication) -> RunResult:
+                 publication: Publication, shard: ShardOptions | None = None) -> RunResult:
     """Execute the protocol and seal its bundle at `out`, signed with `key`; `out` appears only
     complete and signed (bundle.publish.assembling)."""
     date = bagging_date()  # one date for the crate's datePublished and the bag's Bagging-Date
     with assembling(out) as staging:
         result = execute(protocol, resources, staging / layout.DATA_DIR, progress=progress,
                          signer_fingerprint=fingerprint(key), date_published=date,
-                         publication=publication)
+                         publication=publication, shard=shard)
         seal(staging, description=f"Temperature-scaling calibration run under protocol {protocol.sha256[:16]} "
              f"({protocol.doc['name']}), profile {resources.profile}.",
              protocol_sha256=protocol.sha256, profile=resources.profile,
