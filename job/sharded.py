@@ -112,13 +112,14 @@ class ShardedEngine:
             self.audit_temperature = temperature_sha256
         while queue or pending:
             t0 = time.perf_counter()
-            for w in self._ready_workers():
-                while queue and w[1].in_flight < self.depth:
+            # One batch per worker per round, so that every worker gets work before any gets a second.
+            while queue and (free := [(i, w) for i, w in self._ready_workers() if w.in_flight < self.depth]):
+                for i, w in free[:len(queue)]:
                     b = queue.popleft()
                     batch = tokens.batch(list(plan[b]), self.pad_id)
                     job = BatchJob(pool, b, batch.ids, batch.mask, batch.types, temperature_sha256)
-                    pending[w[1].actor.infer.remote(job)] = (w[0], b)
-                    w[1].in_flight += 1
+                    pending[w.actor.infer.remote(job)] = (i, b)
+                    w.in_flight += 1
             self.dispatch_s += time.perf_counter() - t0
             if not pending:
                 raise JobError(f"Every worker of the cluster died with {len(queue)} {pool} batches left; the "
