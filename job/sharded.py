@@ -177,7 +177,8 @@ class ShardedEngine:
             env = {k: v for k, v in w.env.items() if k not in {"torch", "pid"}}
             workers.append({"id": f"worker-{i}", **env, "died": not w.alive,
                             "batches": {pool: sorted(bs) for pool, bs in sorted(self.ran[i].items())}})
-        return {"engine": "ray", "workers": workers, "audit_temperature_sha256": self.audit_temperature}
+        return {"engine": "ray", "workers": workers, "audit_temperature_sha256": self.audit_temperature,
+                "dispatch": {"batches": self.batches, "driver_s": round(self.dispatch_s, 4)}}
 
 
 def _tokenizer(resources: Resources) -> Any:
