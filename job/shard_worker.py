@@ -142,8 +142,8 @@ class ShardWorker:
         """Whether the model takes token type ids (the driver's batches then carry them)."""
         return bool(self.model.segments)
 
-    def infer(self, job: BatchJob) -> NDArray[np.float32]:
-        """The batch's float32 logits [B, K] in model output order."""
+    def infer(self, job: BatchJob) -> tuple[NDArray[np.float32], float]:
+        """The batch's float32 logits [B, K] in model output order, and the seconds the forward took."""
         import torch
 
         if job.pool == AUDIT and job.temperature_sha256 is None:
@@ -154,12 +154,13 @@ class ShardWorker:
                     "temperature_sha256": job.temperature_sha256}
             with open(self.receipts, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(line) + "\n")
+        start = time.perf_counter()
         with torch.inference_mode():
             if job.types is None:
                 out = self.model.forward(job.ids, job.mask)
             else:
                 out = self.model.forward(job.ids, job.mask, job.types)  # type: ignore[call-arg]
-        return np.ascontiguousarray(out.numpy(), dtype=np.float32)
+        return np.ascontiguousarray(out.numpy(), dtype=np.float32), time.perf_counter() - start
 
     def forward_check(self, texts: list[str], keys: list[str]) -> dict[str, Any] | None:
         """job.forward_check on this worker's model and files (None for transformers' own forward)."""

@@ -97,6 +97,8 @@ class ShardedEngine:
         self.ran: dict[int, dict[str, list[int]]] = {i: {} for i in range(len(workers))}
         self.audit_temperature: str | None = None
         self.dispatch_s = 0.0  # driver time spent tokenising, sending and storing, all batches
+        self.forward_s = 0.0  # the workers' time in the forward, all batches
+        self.wall_s = 0.0  # wall time of run(), all pools
         self.batches = 0
 
     def run(self, pool: str, tokens: Tokens, plan: Sequence[Sequence[int]], progress: str | None = None,
@@ -110,6 +112,7 @@ class ShardedEngine:
         stored: set[int] = set()
         if pool == "audit":
             self.audit_temperature = temperature_sha256
+        began = time.perf_counter()
         while queue or pending:
             t0 = time.perf_counter()
             # One batch per worker per round, so that every worker gets work before any gets a second.
@@ -132,7 +135,7 @@ class ShardedEngine:
             worker = self.workers[wi]
             worker.in_flight -= 1
             try:
-                out = ray.get(ready[0])
+                out, forward_s = ray.get(ready[0])
             except ray.exceptions.RayError as exc:
                 if not _dead(exc):
                     raise JobError(_cause(exc)) from exc
@@ -147,7 +150,9 @@ class ShardedEngine:
             stored.add(b)
             self.ran[wi].setdefault(pool, []).append(b)
             self.batches += 1
+            self.forward_s += forward_s
             self.dispatch_s += time.perf_counter() - t0
+        self.wall_s += time.perf_counter() - began
         if logits is None:
             raise ValueError("ShardedEngine.run needs at least one batch")
         return logits
@@ -178,7 +183,8 @@ class ShardedEngine:
             workers.append({"id": f"worker-{i}", **env, "died": not w.alive,
                             "batches": {pool: sorted(bs) for pool, bs in sorted(self.ran[i].items())}})
         return {"engine": "ray", "workers": workers, "audit_temperature_sha256": self.audit_temperature,
-                "dispatch": {"batches": self.batches, "driver_s": round(self.dispatch_s, 4)}}
+                "dispatch": {"batches": self.batches, "driver_s": round(self.dispatch_s, 4),
+                             "forward_s": round(self.forward_s, 4), "wall_s": round(self.wall_s, 4)}}
 
 
 def _tokenizer(resources: Resources) -> Any:

@@ -64,9 +64,9 @@ def test_a_worker_refuses_an_audit_batch_without_the_temperature_hash(tmp_path: 
     with pytest.raises(JobError, match="without the frozen temperature"):
         worker.infer(_job(AUDIT, None))
     assert not (tmp_path / "receipts").exists()  # refused before it was received
-    assert worker.infer(_job(CALIBRATION, None)).shape == (3, 2)
-    out = worker.infer(_job(AUDIT, "ab" * 32))
-    assert out.dtype == np.float32 and out.shape == (3, 2)
+    assert worker.infer(_job(CALIBRATION, None))[0].shape == (3, 2)
+    out, seconds = worker.infer(_job(AUDIT, "ab" * 32))
+    assert out.dtype == np.float32 and out.shape == (3, 2) and seconds >= 0
     lines = [json.loads(x) for x in (tmp_path / "receipts").read_text().splitlines()]
     assert [(r["pool"], r["batch"], r["temperature_sha256"]) for r in lines] == [
         (CALIBRATION, 7, None), (AUDIT, 7, "ab" * 32)]
