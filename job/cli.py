@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bundle import layout
 from bundle.errors import BundleError
 from job.errors import JobError
 from job.hub import default_cache
@@ -136,7 +137,7 @@ def _reproduce(args: argparse.Namespace) -> int:
     """`reproduce`: the protocol comes from the bundle, the resources from the lock or the cache."""
     from job.reproduce import ReproduceOptions, reproduce
 
-    if (args.bundle / "plan.intoto.json").is_file():
+    if (args.bundle / layout.SWEEP_PLAN).is_file():
         from job.sweep_reproduce import SweepReproduceOptions, reproduce_sweep
         if args.sample is not None:
             raise JobError("--sample applies to one bundle; a sweep reproduces whole members, drawn with "

@@ -127,7 +127,9 @@ def bench(sweep_path: Path, loop_threads: int) -> None:
         subprocess.run([sys.executable, "-m", "bundle", "keygen", "--out", str(tmp / "keys")], cwd=REPO, check=True,
                        capture_output=True)
         key = tmp / "keys" / "signing-key.pem"
+        load_start = os.getloadavg()[0]
         ray_wall, out = _ray_sweep(sweep_path, tmp, key)
+        load_ray = os.getloadavg()[0]
         runs = [_member_run_s(out / "members" / m.name) for m in sweep.members]
         arg = len(sweep.members[0].protocol) + len(json.dumps(sweep.members[0].lock)) + 200
         size = _archive_size(out / "members" / sweep.members[0].name, tmp)
@@ -138,7 +140,8 @@ def bench(sweep_path: Path, loop_threads: int) -> None:
     n, threads = len(sweep.members), sweep.members[0].num_cpus
     overhead = statistics.median(trips)
     member = statistics.mean(runs)
-    print(f"sweep {sweep.name}: {n} members, {os.cpu_count()} CPUs")
+    print(f"sweep {sweep.name}: {n} members, {os.cpu_count()} CPUs; load average {load_start:.1f} before, "
+          f"{load_ray:.1f} after the Ray sweep, {os.getloadavg()[0]:.1f} after the loop (other work on the machine)")
     print(f"1. local Ray, {threads} thread(s) per member:       {ray_wall:8.1f} s wall "
           f"(member runs {min(runs):.1f}-{max(runs):.1f} s, mean {member:.1f} s)")
     print(f"2. sequential `job run` loop, {loop_threads} threads:    {loop_wall:8.1f} s wall "

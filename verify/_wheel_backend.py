@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NAME = "calibration-verify"
 DIST = NAME.replace("-", "_")
 BUNDLE_MODULES = ("__init__", "canonical", "crate_terms", "dsse", "errors", "keys", "layout", "schemas",
-                  "views/__init__", "views/crate", "views/figures", "views/report")
+                  "views/__init__", "views/crate", "views/figures", "views/report", "views/sweep")
 """The modules of bundle/ that verify/ imports (tests/test_verify_structure.py: definitions and the
 renderers of the views)."""
 REQUIRES = ("cryptography", "jsonschema", "matplotlib", "numpy", "pyarrow", "referencing")

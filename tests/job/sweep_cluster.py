@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 PORT = 6390
 SECOND_NODE_MANAGER_PORT = 6395
-DEADLINE_S = 150.0
+DEADLINE_S = 300.0  # bounds every wait; an idle 2-core machine needs a fifth of it
 LOCK: str | None = None  # the reproducer's resource lock (kill-worker reproduces one member with it)
 
 

@@ -21,7 +21,7 @@ from verify.__main__ import main as verify_main
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tests" / "job" / "sweep_cluster.py"
-TIMEOUT_S = 200
+TIMEOUT_S = 420
 
 
 def _namespaces_available() -> bool:
