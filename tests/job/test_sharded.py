@@ -77,3 +77,20 @@ def test_the_worker_environment_names_the_cpu_kind_and_threads() -> None:
     cpu = env["cpu"]
     assert env["threads"] == 3 and env["cpu_kind"] == f"{cpu['vendor']} | {cpu['model']} | {cpu['isa']}"
     assert cpu["isa"] and env["packages"]["torch"]
+
+
+def _worker_record(node: str, kind: str, batches: dict[str, list[int]], died: bool = False) -> dict[str, object]:
+    return {"node_id": node, "cpu_kind": kind, "died": died, "batches": batches}
+
+
+def test_the_report_says_on_how_many_machines_and_cpu_kinds_and_flags_mixed_kinds() -> None:
+    from bundle.views.report import _cluster_lines
+
+    assert _cluster_lines(None) == []
+    same = {"workers": [_worker_record("n1", "A", {"audit": [0]}), _worker_record("n2", "A", {"audit": [1]}),
+                        _worker_record("n2", "A", {})]}
+    assert _cluster_lines(same) == ["- Inference on a Ray cluster: 2 workers on 2 machines, 1 CPU kind (A)"]
+    mixed = {"workers": [_worker_record("n1", "A", {"audit": [0]}, died=True),
+                         _worker_record("n2", "B", {"audit": [1]})]}
+    [line] = _cluster_lines(mixed)
+    assert "2 CPU kinds (A; B); MIXED CPU kinds" in line and "1 worker(s) died" in line
