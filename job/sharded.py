@@ -82,6 +82,12 @@ def _cause(exc: BaseException) -> str:
     cause = exc.cause if isinstance(exc, rex.RayTaskError) and exc.cause is not None else exc
     if isinstance(cause, JobError):
         return str(cause)
+    # A worker whose start failed on its input (files that do not match) dies with the JobError's
+    # text inside Ray's message: that one sentence is what the user needs.
+    marker = f"{JobError.__module__}.{JobError.__name__}: "
+    for line in str(exc).splitlines():
+        if marker in line:
+            return f"A worker could not start: {line.split(marker, 1)[1].strip()}"
     last = (str(cause).strip().splitlines() or [type(cause).__name__])[-1]
     return f"A worker raised {type(cause).__name__} ({last}); this is a fault in the job, not in its input."
 

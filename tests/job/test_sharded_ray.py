@@ -8,6 +8,7 @@ fixtures are absent. Each test is bounded (the scenario's own deadline, and a ti
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -178,3 +179,41 @@ def test_a_cluster_that_loses_every_worker_stops_with_one_sentence_and_no_bundle
     errors = [line for line in facts["log"].splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Every worker of the cluster died" in errors[0], facts["log"]
     assert "Traceback" not in facts["log"]
+
+
+BAD_FILES = """
+import json, sys
+from pathlib import Path
+from job.errors import JobError
+from job.protocol import load_protocol
+from job.resources import resolve_local
+from job.runtime import Settings
+from job.sharded import ShardOptions, sharded_engine
+from job.sweep_spec import absolute_lock
+protocol, lock = load_protocol(Path(sys.argv[1])), Path(sys.argv[2])
+resources = resolve_local(lock, protocol.resources)
+seen = absolute_lock(lock)  # the files as a worker finds them: one is not the run's
+seen["model"]["files"][0]["sha256"] = "0" * 64
+try:
+    with sharded_engine(ShardOptions(None, 1, seen, None, local_cpus=2), protocol.raw, resources.record(),
+                        resources, Settings.from_protocol(protocol.inference)):
+        print(json.dumps({"error": None}))
+except JobError as exc:
+    print(json.dumps({"error": str(exc)}))
+"""
+
+
+def test_a_worker_whose_files_do_not_match_stops_before_any_batch(tiny_world: tuple[Path, Path],
+                                                                  tmp_path: Path) -> None:
+    script = tmp_path / "bad_files.py"
+    script.write_text(BAD_FILES)
+    protocol, lock = tiny_world
+    inner = f"ip link set lo up && exec {sys.executable} {script} {protocol} {lock}"
+    done = subprocess.run(["unshare", "--net", "--pid", "--fork", "--mount-proc", "bash", "-c", inner],
+                          capture_output=True, text=True, timeout=TIMEOUT_S, check=False, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled",
+                               "RAY_USAGE_STATS_ENABLED": "0"})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    error = json.loads(done.stdout.strip().splitlines()[-1])["error"]
+    assert error.startswith("A worker could not start: model file ") and "expected 0000" in error
+    assert "\n" not in error
