@@ -29,6 +29,7 @@ from numpy.typing import NDArray
 
 from job.batching import Tokens
 from job.errors import JobError
+from job.protocol import AUDIT
 from job.ray_engine import WAIT_S, cluster_cpus, ray_session
 from job.resources import Resources
 from job.runtime import Settings
@@ -110,13 +111,16 @@ class ShardedEngine:
     def run(self, pool: str, tokens: Tokens, plan: Sequence[Sequence[int]], progress: str | None = None,
             temperature_sha256: str | None = None) -> NDArray[np.float32]:
         import ray
+        from tqdm import tqdm
 
         n = len(tokens.lengths)
         logits: NDArray[np.float32] | None = None
+        bar = tqdm(total=sum(len(rows) for rows in plan), desc=progress, unit="row", disable=progress is None,
+                   leave=False)
         queue: deque[int] = deque(range(len(plan)))
         pending: dict[Any, tuple[int, int]] = {}  # object ref -> (worker, batch)
         stored: set[int] = set()
-        if pool == "audit":
+        if pool == AUDIT:
             self.audit_temperature = temperature_sha256
         began = time.perf_counter()
         while queue or pending:
@@ -135,6 +139,10 @@ class ShardedEngine:
                                "run stopped and wrote no bundle, so bring nodes back and run it again.")
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=WAIT_S)
             if not ready:
+                if cluster_cpus() == 0:  # every node is gone; Ray may not have failed the tasks yet
+                    raise JobError(f"The cluster has no node left, with {len(queue) + len(pending)} {pool} "
+                                   "batches unfinished; the run stopped and wrote no bundle, so bring nodes "
+                                   "back and run it again.")
                 continue
             t0 = time.perf_counter()
             wi, b = pending.pop(ready[0])
@@ -155,10 +163,12 @@ class ShardedEngine:
             logits[list(plan[b])] = out
             stored.add(b)
             self.ran[wi].setdefault(pool, []).append(b)
+            bar.update(len(plan[b]))
             self.batches += 1
             self.forward_s += forward_s
             self.dispatch_s += time.perf_counter() - t0
         self.wall_s += time.perf_counter() - began
+        bar.close()
         if logits is None:
             raise ValueError("ShardedEngine.run needs at least one batch")
         return logits
