@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -26,6 +27,8 @@ from job.errors import JobError
 T = TypeVar("T")
 
 LOOPBACK = "127.0.0.1"
+CONNECT_TIMEOUT_S = 10.0
+"""How long the driver waits for a cluster's address to accept a connection before giving up."""
 WAIT_S = 5.0
 """How long `completed` waits for a task before it looks at the cluster again."""
 ADDRESS_ENV = "RAY_ADDRESS"
@@ -64,6 +67,28 @@ def init_arguments(address: str | None, num_cpus: int | None = None) -> dict[str
     return {**common, "address": address}
 
 
+def _host_port(address: str) -> tuple[str, int] | None:
+    """(host, port) of a plain HOST:PORT address; None for "auto", ray:// and other forms."""
+    if "://" in address or ":" not in address:
+        return None
+    host, _, port = address.rpartition(":")
+    return (host.strip("[]"), int(port)) if port.isdigit() and host else None
+
+
+def require_listening(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Fail in one sentence, within `timeout_s`, when nothing accepts a connection at a HOST:PORT
+    address: ray.init would otherwise keep retrying for minutes."""
+    target = _host_port(address)
+    if target is None:
+        return
+    try:
+        with socket.create_connection(target, timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise JobError(f"Nothing answers at the Ray address {address} ({exc.strerror or exc}); start the "
+                       "cluster or correct --address or RAY_ADDRESS.") from exc
+
+
 @contextlib.contextmanager
 def ray_session(address: str | None, num_cpus: int | None = None) -> Iterator[str]:
     """Connect to the cluster at `address` (None: RAY_ADDRESS, else the embedded loopback default
@@ -74,6 +99,8 @@ def ray_session(address: str | None, num_cpus: int | None = None) -> Iterator[st
     chosen = cluster_address(address)
     if ray.is_initialized():
         raise JobError("Ray is already initialised in this process; run the command in a fresh process.")
+    if chosen is not None:
+        require_listening(chosen)
     try:
         ray.init(**init_arguments(chosen, num_cpus))
     except (ConnectionError, RuntimeError, ValueError) as exc:
