@@ -20,6 +20,7 @@ from job.rocrate import DEFAULT_LICENSE, DEFAULT_PUBLISHER, Party, Publication
 
 if TYPE_CHECKING:
     from job.run import RunOptions
+    from job.sharded import ShardOptions
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,6 +35,15 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--resources", type=nonempty_path, help="local resource lock (JSON) instead of the hub cache")
         sp.add_argument("--cache", type=nonempty_path, default=None,
                         help="resource cache (default: $HF_HOME/calibration-runs)")
+
+    def sharding(sp: argparse.ArgumentParser, sweep: bool = False) -> None:
+        sp.add_argument("--address", help=(
+            "run the inference on the Ray cluster at ADDRESS, one worker per --worker-cpus of its CPUs "
+            "(default: RAY_ADDRESS; without either, in this process" +
+            (", or for a sweep a local Ray instance bound to 127.0.0.1)" if sweep else ")")))
+        sp.add_argument("--worker-cpus", type=int, metavar="N",
+                        help="with --address: CPUs and torch threads of each worker (default: the protocol's "
+                             "torch_threads)")
 
     prep = sub.add_parser("prepare", help="download and check every pinned file into the cache")
     common(prep)
@@ -61,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="a person who wrote the bundle, <ORCID URL> optional; repeat for several "
                           "(default: none stated)")
     run.add_argument("--contact", metavar="EMAIL", help="the publisher's e-mail address (default: none)")
+    sharding(run)
     rep = sub.add_parser("reproduce", help="re-run a bundle's inference and sign whether its logits reproduce")
     rep.add_argument("bundle", type=nonempty_path,
                      help="the bag folder or its .tar.gz, or a sweep directory (only read)")
@@ -78,8 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--no-progress", action="store_true", help="no progress bar")
     rep.add_argument("--members", type=int, metavar="K",
                      help="sweep only: reproduce K done members drawn with --seed (default: every one)")
-    rep.add_argument("--address", help="sweep only: join the Ray cluster at ADDRESS (default: RAY_ADDRESS, "
-                                       "else a local Ray instance bound to 127.0.0.1)")
+    sharding(rep, sweep=True)
     sw = sub.add_parser("sweep", help="run a pre-registered sweep of protocols on Ray: signed plan, "
                                       "member bundles, signed index")
     sw.add_argument("sweep", type=Path, help="the sweep file (schemas/sweep.schema.json)")
@@ -115,6 +125,22 @@ def smoke_verdict(result: dict[str, Any]) -> str:
     return line
 
 
+def _shard(args: argparse.Namespace) -> ShardOptions | None:
+    """How to shard the inference: on the cluster at --address or RAY_ADDRESS, else None (this process)."""
+    from job.ray_engine import cluster_address
+    from job.sharded import ShardOptions
+    from job.sweep_spec import absolute_lock
+
+    address = cluster_address(args.address)
+    if address is None:
+        if args.worker_cpus is not None:
+            raise JobError("--worker-cpus applies to a run on a cluster; pass --address (or set RAY_ADDRESS) too.")
+        return None
+    return ShardOptions(address=address, worker_cpus=args.worker_cpus,
+                        lock=absolute_lock(args.resources) if args.resources is not None else None,
+                        cache=str(args.cache) if args.cache is not None else None)
+
+
 def _run_options(args: argparse.Namespace) -> RunOptions:
     """The typed options of `run`; the namespace goes no further than this module."""
     from job.run import RunOptions
@@ -123,7 +149,8 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
                       publication=Publication(
                           license=args.license, publisher=Party.parse("--publisher", args.publisher),
                           authors=tuple(Party.parse("--author", a) for a in args.author),
-                          contact=args.contact))
+                          contact=args.contact),
+                      shard=_shard(args))
 
 
 def _reproduce(args: argparse.Namespace) -> int:
@@ -138,11 +165,12 @@ def _reproduce(args: argparse.Namespace) -> int:
         return reproduce_sweep(SweepReproduceOptions(
             sweep_dir=args.bundle, out=args.out, signing_key=args.signing_key, members=args.members,
             seed=args.seed, resources=args.resources, cache=args.cache, address=args.address))
-    if args.members is not None or args.address is not None:
-        raise JobError("--members and --address apply to a sweep directory; pass one, or drop them.")
+    if args.members is not None:
+        raise JobError("--members applies to a sweep directory; pass one, or drop it.")
 
     options = ReproduceOptions(bundle=args.bundle, out=args.out, signing_key=args.signing_key,
-                               sample=args.sample, seed=args.seed, progress=not args.no_progress)
+                               sample=args.sample, seed=args.seed, progress=not args.no_progress,
+                               shard=_shard(args))
     return reproduce(options, lambda protocol: _resources(args, protocol))
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, cast
 
 import numpy as np
@@ -39,8 +39,15 @@ def run_pool(forward: Forward, pad_id: int, tokens: Tokens, keys: Sequence[str],
 
     Each batch is right-padded to its longest row with an attention mask, as the protocol says;
     batches are assembled with array operations (no per-row tensors) and passed to `forward`."""
+    return pool_output(tokens, keys, s, lambda plan: run_batches(forward, pad_id, tokens, plan, progress))
+
+
+def pool_output(tokens: Tokens, keys: Sequence[str], s: Settings,
+                run: Callable[[list[list[int]]], NDArray[np.float32]]) -> PoolOutput:
+    """The pool's output from `run`, which gives the logits of the protocol's batch plan (rows
+    sorted by token count, then split key, cut into batches): wherever the batches run."""
     plan = batch_plan(tokens.lengths, keys, s.batch_size)
-    logits = run_batches(forward, pad_id, tokens, plan, progress)
+    logits = run(plan)
     batch_of = np.zeros(len(tokens.lengths), dtype=np.int64)
     for b, rows in enumerate(plan):
         batch_of[rows] = b

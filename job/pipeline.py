@@ -3,9 +3,10 @@ split -> calibration inference -> fit -> temperature frozen -> audit inference -
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -15,14 +16,14 @@ from job.artifacts import Artifacts
 from job.batching import Tokenized
 from job.calibration import TemperatureFit, fit_temperature, softmax
 from job.dataset import Rows, load_rows
+from job.engines import Engine, LocalEngine, open_engine
 from job.environment import PeakRss, StageClock, environment_record
 from job.errors import JobError
 from job.figures import render_figures
 from job.forward_check import check_packed_forward
-from job.inference import run_pool
+from job.inference import pool_output
 from job.labelmap import LabelMap
 from job.metrics import compute_metrics
-from job.model import Model, load_model, model_directory
 from job.plausibility import below_chance, run_warnings, truncation_summary
 from job.predictions import PoolOutput, predictions_table, read_logits
 from job.protocol import AUDIT, Protocol
@@ -30,10 +31,13 @@ from job.protocol import CALIBRATION as CAL
 from job.report import report_markdown
 from job.resources import Resources
 from job.rocrate import Publication, crate_bytes
-from job.runtime import Settings, configure_torch, release_free_heap, use_system_arrow_pool
+from job.runtime import Settings, release_free_heap, use_system_arrow_pool
 from job.split import Pool, make_pools
 from job.stability import stability_record
 from job.uncertainty import bootstrap_record
+
+if TYPE_CHECKING:
+    from job.sharded import ShardOptions
 
 
 @dataclass(frozen=True)
@@ -75,14 +79,14 @@ def check_finite(out: PoolOutput, pool: str) -> None:
                        "the weights or the inputs are broken, so no temperature can be fitted.")
 
 
-def _infer(model: Model, rows: Rows, pool: Pool, s: Settings, progress: bool,
-           label_map: LabelMap | None = None) -> PoolOutput:
+def _infer(engine: Engine, rows: Rows, pool: Pool, s: Settings, progress: bool,
+           label_map: LabelMap | None = None, temperature_sha256: str | None = None) -> PoolOutput:
     """The pool's logits in dataset label order. Rows are tokenised batch by batch as they run
     (job.batching.Tokenized), so a pool's token ids are never all held at once."""
     texts, pairs = rows.inputs(pool.positions)
-    tokens = Tokenized(model.tokenizer, texts, s.max_length, pairs, segments=model.segments)
-    out = run_pool(model.forward, model.pad_id, tokens, pool.keys, s,
-                   progress=f"{pool.name} inference" if progress else None)
+    tokens = Tokenized(engine.tokenizer, texts, s.max_length, pairs, segments=engine.segments)
+    out = pool_output(tokens, pool.keys, s, lambda plan: engine.run(
+        pool.name, tokens, plan, f"{pool.name} inference" if progress else None, temperature_sha256))
     check_finite(out, pool.name)
     return out if label_map is None else label_map.apply(out)
 
@@ -177,20 +181,22 @@ def stage(protocol: Protocol, name: str, consumed: dict[str, str], produced: dic
 
 def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: bool = True, *,
             signer_fingerprint: str | None = None, date_published: str | None = None,
-            publication: Publication | None = None, threads: int | None = None) -> RunResult:
+            publication: Publication | None = None, threads: int | None = None,
+            shard: ShardOptions | None = None) -> RunResult:
     """Run every stage into data_dir and return the records written. Signing and publishing happen elsewhere.
 
     signer_fingerprint: the key that will sign the bundle (recorded in ro-crate-metadata.json);
     date_published: the crate's datePublished (default bundle.bag.bagging_date());
     publication: the crate's licence, publisher and authors (default job.rocrate.Publication());
-    threads: torch threads, within the protocol's torch_threads (default: job.runtime.ThreadChoice's)."""
+    threads: torch threads, within the protocol's torch_threads (default: job.runtime.ThreadChoice's);
+    shard: run both pools' batches on a Ray cluster (job.sharded) instead of in this process."""
     art = Artifacts(data_dir)
     clock = StageClock()
     stages: list[dict[str, Any]] = []
     s = Settings.from_protocol(protocol.inference, threads)
     cal_pred, audit_pred = layout.PREDICTIONS[CAL], layout.PREDICTIONS[AUDIT]
     arrow_pool = use_system_arrow_pool()  # before the first table is read
-    with PeakRss() as rss:
+    with PeakRss() as rss, contextlib.ExitStack() as stack:
         with clock.stage("split"):
             art.write_bytes(layout.PROTOCOL_JSON, protocol.raw)
             art.write_json(layout.RESOURCES_JSON, resources.record())
@@ -206,14 +212,12 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
             _release_memory()  # the data files' tables, the pools record and the unused rows, before the weights
         with clock.stage("load-model"):
             check_model_fits(protocol, resources)
-            torch_info = configure_torch(s)
+            engine = stack.enter_context(open_engine(shard, protocol.raw, resources.record(), resources, s))
+            torch_info = engine.torch_info
             torch_info["allocator"]["arrow_memory_pool"] = arrow_pool
-            with model_directory(resources.model) as model_dir:
-                model = load_model(model_dir, s)
-            torch_info["forward"] = model.forward.name  # the packed re-implementation or transformers' own
-            arithmetic = arithmetic_record()  # after configure_torch: the threads and libraries the run uses
+            arithmetic = arithmetic_record()  # after the engine set up torch (this process; workers: cluster)
         with clock.stage("calibration-inference"):
-            cal_out = _infer(model, cal_rows, cal_pool, s, progress, protocol.label_map)
+            cal_out = _infer(engine, cal_rows, cal_pool, s, progress, protocol.label_map)
             art.write_table(cal_pred, _table(cal_rows, cal_pool, cal_out))
             stages.append(stage(protocol, "calibration-inference",
                                 art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON, layout.POOLS_JSON),
@@ -231,7 +235,8 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
         with clock.stage("audit-inference"):
             if not art.unchanged(layout.TEMPERATURE_JSON):
                 raise JobError("temperature.json changed before the audit; the run is void, start it again.")
-            audit_out = _infer(model, audit_rows, audit_pool, s, progress, protocol.label_map)
+            audit_out = _infer(engine, audit_rows, audit_pool, s, progress, protocol.label_map,
+                               art.digest(layout.TEMPERATURE_JSON))
             art.write_table(audit_pred, _table(audit_rows, audit_pool, audit_out))
             del audit_rows, audit_pool, audit_out  # the largest pool's texts and hashes, before the studies
             _release_memory()
@@ -242,8 +247,10 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
         # After both pools, not before: transformers' modeling stack (~80 MB resident) then never sits
         # under a pool's activations. A mismatch still stops the run before anything is sealed.
         with clock.stage("forward-check"):
-            forward_check = check_packed_forward(model, resources.model, s, list(cal_rows.texts), cal_pool.keys)
+            forward_check = engine.forward_check(list(cal_rows.texts), list(cal_pool.keys))
             del cal_rows, cal_pool
+            cluster = engine.cluster()
+            stack.close()  # a cluster's workers are not needed past this point
         with clock.stage("metrics"):
             metrics = metrics_record(protocol, art, fit.beta, temperature)
             art.write_json(layout.METRICS_JSON, metrics)
@@ -263,8 +270,10 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
                 art.write_json(layout.STABILITY_JSON, stability)
         art.write_json(layout.STAGES_JSON, {"protocol_sha256": protocol.sha256, "stages": stages})
     thread_record = None if s.thread_choice is None else s.thread_choice.record()
-    art.write_json(layout.ENVIRONMENT_JSON,
-                   environment_record(torch_info, clock, rss.mb, forward_check, thread_record, arithmetic))
+    environment = environment_record(torch_info, clock, rss.mb, forward_check, thread_record, arithmetic)
+    if cluster is not None:
+        environment["cluster"] = cluster
+    art.write_json(layout.ENVIRONMENT_JSON, environment)
     # Views derived from the files above only: figures, the report, then the crate (last: it hashes all).
     for rel, png in render_figures(data_dir).items():
         art.write_bytes(f"{layout.DATA_DIR}/{rel}", png)
@@ -288,16 +297,15 @@ def smoke(protocol: Protocol, resources: Resources) -> dict[str, Any]:
     full = pools[protocol.split.smoke_pool]
     n = protocol.split.smoke_rows
     pool = Pool(full.name, full.positions[:n], full.keys[:n])
-    configure_torch(s)
-    with model_directory(resources.model) as model_dir:
-        model = load_model(model_dir, s)
+    engine = LocalEngine(resources, s)
+    model = engine.model
     tokenizer = model.tokenizer
     sample = rows.texts[pool.positions[0]]
     unk = tokenizer.unk_token_id
     if unk is not None and unk in tokenizer(sample)["input_ids"]:
         raise JobError("The tokenizer maps words of a plain sentence to [UNK]; load it from the model "
                        "directory so that its vocabulary is used.")
-    out = _infer(model, rows, pool, s, progress=False, label_map=protocol.label_map)
+    out = _infer(engine, rows, pool, s, progress=False, label_map=protocol.label_map)
     k = len(resources.dataset_spec["labels"])
     if out.logits.shape != (n, k):
         raise JobError(f"The model's logits have shape {list(out.logits.shape)}, expected [{n}, {k}]; "

@@ -30,7 +30,6 @@ from job.batching import Tokenized
 from job.dataset import Rows, load_rows
 from job.environment import cpu_model, git_commit
 from job.errors import JobError
-from job.inference import run_batches
 from job.logit_compare import compare_rows, grade, predictions_changed, short_number
 from job.protocol import Protocol
 from job.reproduced_figures import TABLE_INPUTS, recomputed_changes
@@ -41,9 +40,10 @@ from job.spot_sample import draw_batches
 from job.verified_bundle import RecordedPool, VerifiedBundle, load_verified
 
 if TYPE_CHECKING:
+    from job.engines import Engine
     from job.labelmap import LabelMap
-    from job.model import Model
     from job.runtime import Settings
+    from job.sharded import ShardOptions
 
 POOLS = layout.REPRODUCTION_POOLS
 SHOWN_DIFFERENCES = 10
@@ -59,6 +59,7 @@ class ReproduceOptions:
     sample: int | None = None  # re-run whole batches drawn with `seed` until they hold this many rows
     seed: int | None = None
     progress: bool = True
+    shard: ShardOptions | None = None  # re-run the batches on a Ray cluster (job.sharded)
 
     def __post_init__(self) -> None:
         if (self.sample is None) != (self.seed is None):
@@ -160,11 +161,13 @@ def _recorded_inputs(pool: RecordedPool) -> dict[str, Any]:
     return recorded
 
 
-def _rerun_pool(model: Model, s: Settings, label_map: LabelMap | None, rows: Rows, positions: tuple[int, ...],
-                theirs: RecordedPool, batches: list[int], progress: bool
+def _rerun_pool(engine: Engine, s: Settings, label_map: LabelMap | None, rows: Rows, positions: tuple[int, ...],
+                theirs: RecordedPool, batches: list[int], progress: bool, temperature_sha256: str
                 ) -> tuple[PoolFinding, dict[str, int], list[InputDifference]]:
-    """Re-run `batches` of one pool as recorded and compare every row they hold: logits, token
-    count and truncation. `positions` are the pool's rows in the re-derived dataset, pool order."""
+    """Re-run `batches` of one pool as recorded on `engine` (this process or a Ray cluster) and
+    compare every row they hold: logits, token counts and truncation. `positions` are the pool's
+    rows in the re-derived dataset, pool order; `temperature_sha256` is the bundle's frozen
+    temperature, which a sharded engine sends with every audit batch."""
     plan = theirs.batches()
     order = [plan[b] for b in batches]
     needed = sorted(r for batch in order for r in batch)
@@ -172,7 +175,7 @@ def _rerun_pool(model: Model, s: Settings, label_map: LabelMap | None, rows: Row
     # The run's inputs for these rows: the same texts (and pairs), tokenised by the same rule and
     # with token type ids for a model with segment embeddings, batch by batch as they run.
     texts, pairs = rows.inputs([positions[r] for r in needed])
-    tokens = Tokenized(model.tokenizer, texts, s.max_length, pairs, segments=model.segments)
+    tokens = Tokenized(engine.tokenizer, texts, s.max_length, pairs, segments=engine.segments)
     mine = {"token_count": {r: int(tokens.lengths[local[r]]) for r in needed},
             "truncated": {r: bool(tokens.truncated[local[r]]) for r in needed},
             "full_token_count": {r: int(tokens.full_lengths[local[r]]) for r in needed}}
@@ -180,7 +183,7 @@ def _rerun_pool(model: Model, s: Settings, label_map: LabelMap | None, rows: Row
     logits = np.full(theirs.logits.shape, np.nan, dtype=np.float32)
     if needed:
         label = f"{theirs.name} re-run" if progress else None
-        ran = run_batches(model.forward, model.pad_id, tokens, [[local[r] for r in b] for b in order], label)
+        ran = engine.run(theirs.name, tokens, [[local[r] for r in b] for b in order], label, temperature_sha256)
         logits[needed] = ran if label_map is None else label_map.reorder(ran)  # stored in dataset label order
     found = logits[needed]
     if not np.isfinite(found).all():
@@ -195,14 +198,15 @@ def _rerun_pool(model: Model, s: Settings, label_map: LabelMap | None, rows: Row
 
 
 def rerun(bundle: VerifiedBundle, protocol: Protocol, resources: Resources, sample: dict[str, list[int]] | None,
-          progress: bool) -> Finding:
+          progress: bool, shard: ShardOptions | None = None) -> Finding:
     """Re-derive the pools and every row's inputs, re-run the recorded batches (all, or those of
-    `sample`: pool -> batches), and compare every row of the batches run with the bundle.
+    `sample`: pool -> batches) here or on the cluster `shard` names, and compare every row of the
+    batches run with the bundle.
 
     idx, text hash and label are compared on every row of both pools (they need no inference);
-    token count and truncation on the rows tokenised for the batches run; logits on those rows."""
-    from job.model import load_model, model_directory
-    from job.runtime import Settings, configure_torch
+    token counts and truncation on the rows tokenised for the batches run; logits on those rows."""
+    from job.engines import open_engine
+    from job.runtime import Settings
 
     s = Settings.from_protocol(protocol.inference)
     rows = load_rows([f.local for f in resources.dataset.files], resources.dataset_spec, protocol.dataset)
@@ -223,15 +227,14 @@ def rerun(bundle: VerifiedBundle, protocol: Protocol, resources: Resources, samp
                            f"bundle's predictions {len(theirs.idx)}; the bundle is not of this protocol.")
         count(input_differences(name, list(range(len(positions))), _recorded_inputs(theirs),
                                 _derived_inputs(rows, positions)))
-    configure_torch(s)
-    with model_directory(resources.model) as model_dir:
-        model = load_model(model_dir, s)
     results: dict[str, PoolFinding] = {}
-    for name in POOLS:
-        batches = sorted(recorded[name].batches()) if sample is None else sample[name]
-        results[name], counted, differ = _rerun_pool(model, s, protocol.label_map, rows, pools[name].positions,
-                                                     recorded[name], batches, progress)
-        count((counted, differ))
+    temperature_sha256 = bundle.sha256(layout.TEMPERATURE_JSON)
+    with open_engine(shard, bundle.protocol_raw, bundle.json(layout.RESOURCES_JSON), resources, s) as engine:
+        for name in POOLS:
+            batches = sorted(recorded[name].batches()) if sample is None else sample[name]
+            results[name], counted, differ = _rerun_pool(engine, s, protocol.label_map, rows, pools[name].positions,
+                                                         recorded[name], batches, progress, temperature_sha256)
+            count((counted, differ))
     order_of = {f: i for i, f in enumerate(INPUT_FIELDS)}
     differences.sort(key=lambda d: (POOLS.index(d.pool), order_of[d.field]))
     return Finding(results, {f: checked[f] for f in INPUT_FIELDS if f in checked}, differences)
@@ -339,7 +342,7 @@ def reproduce(options: ReproduceOptions, resolve: Callable[[Protocol], Resources
     sample = None
     if options.sample is not None and options.seed is not None:
         sample = _sampled_batches(bundle, options.sample, options.seed)
-    finding = rerun(bundle, protocol, resources, sample, options.progress)
+    finding = rerun(bundle, protocol, resources, sample, options.progress, options.shard)
     changed = figures(bundle, protocol, finding) if sample is None else None
     recorded_idx = {n: bundle.pool(n).idx.tolist() for n in POOLS}
     signer = bundle.json(layout.ENVIRONMENT_JSON).get("arithmetic")

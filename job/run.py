@@ -6,7 +6,7 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bundle import layout
 from bundle.bag import bagging_date, seal
@@ -19,6 +19,9 @@ from job.resources import Resources
 from job.rocrate import Publication
 from job.runtime import ThreadChoice
 from job.summary import summary
+
+if TYPE_CHECKING:
+    from job.sharded import ShardOptions
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,7 @@ class RunOptions:
     progress: bool = True
     threads: int | None = None  # torch threads (--threads); None: job.runtime.ThreadChoice's default
     publication: Publication = field(default_factory=Publication)  # licence, publisher, authors
+    shard: ShardOptions | None = None  # run the pools' batches on a Ray cluster (job.sharded)
 
     def __post_init__(self) -> None:
         if self.signing_key is None and not self.ephemeral_key:
@@ -68,7 +72,7 @@ def run_to_bundle(options: RunOptions, protocol: Protocol, resources: Resources)
     key = _signing_key(options)
     try:
         result = run_and_seal(options.out, protocol, resources, key, progress=options.progress,
-                              publication=options.publication, threads=options.threads)
+                              publication=options.publication, threads=options.threads, shard=options.shard)
     except BaseException:
         if options.ephemeral_key:  # a throwaway key for a bundle that does not exist is useless
             shutil.rmtree(ephemeral_key_dir(options.out), ignore_errors=True)
@@ -83,7 +87,8 @@ def run_to_bundle(options: RunOptions, protocol: Protocol, resources: Resources)
 
 
 def run_and_seal(out: Path, protocol: Protocol, resources: Resources, key: Any, *, progress: bool,
-                 publication: Publication, threads: int | None = None) -> RunResult:
+                 publication: Publication, threads: int | None = None,
+                 shard: ShardOptions | None = None) -> RunResult:
     """Execute the protocol and seal its bundle at `out`, signed with `key`; `out` appears only
     complete and signed (bundle.publish.assembling). `threads`: torch threads (None: the physical
     cores this process may run on, at most the protocol's torch_threads)."""
@@ -91,7 +96,7 @@ def run_and_seal(out: Path, protocol: Protocol, resources: Resources, key: Any, 
     with assembling(out) as staging:
         result = execute(protocol, resources, staging / layout.DATA_DIR, progress=progress,
                          signer_fingerprint=fingerprint(key), date_published=date,
-                         publication=publication, threads=threads)
+                         publication=publication, threads=threads, shard=shard)
         seal(staging, description=f"Temperature-scaling calibration run under protocol {protocol.sha256[:16]} "
              f"({protocol.doc['name']}), profile {resources.profile}.",
              protocol_sha256=protocol.sha256, profile=resources.profile,

@@ -3,7 +3,6 @@ protocol sized for them, and a resource lock pointing at them."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -12,14 +11,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from scripts.generated_split import WORDS, make_lock, sha256  # noqa: F401  (shared with the benchmarks)
+
 REPO = Path(__file__).resolve().parent.parent
 SHARED_FIXTURES = REPO.parent / "shared" / "fixtures"
-WORDS = ["good", "great", "fine", "bad", "awful", "dull", "movie", "film", "plot", "actor", "story", "funny", "boring",
-         "warm", "cold", "charming", "bleak", "smart", "silly", "moving", "flat", "lovely", "tedious", "bright", "dark"]
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def make_model(out: Path, num_labels: int = 2, seed: int = 0) -> Path:
@@ -72,23 +67,6 @@ def make_protocol(path: Path, sizes: tuple[int, int, int] = (8, 20, 20), labels:
     if "stability" in doc:
         doc["stability"]["sizes"] = [5, 10, sizes[1]]
     path.write_text(json.dumps(doc, indent=2))
-    return path
-
-
-def make_lock(path: Path, model_dir: Path, dataset: Path, rows: int, labels: list[str]) -> Path:
-    """A resource lock with absolute local paths and the files' real hashes."""
-    def entry(repo_path: str, local: Path) -> dict:
-        return {"path": repo_path, "size": local.stat().st_size, "sha256": sha256(local), "local_path": str(local)}
-
-    lock = {
-        "model": {"repo_id": "test/tiny-distilbert", "repo_type": "model", "revision": "local",
-                  "files": [entry(p.name, p) for p in sorted(model_dir.iterdir())]},
-        "dataset": {"repo_id": "test/tiny-sst2", "repo_type": "dataset", "revision": "local",
-                    "files": [entry("data/validation-00000-of-00001.parquet", dataset)],
-                    "rows": rows, "columns": {"idx": "int32", "sentence": "string", "label": "int64"},
-                    "labels": labels},
-    }
-    path.write_text(json.dumps(lock, indent=2))
     return path
 
 

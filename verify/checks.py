@@ -33,6 +33,7 @@ from verify import (
     schemacheck,
     signature,
     stability,
+    workers,
 )
 from verify.context import Attestation, Context, Trust
 from verify.result import SIGNER_CHECK, Check, Failed, Skipped, exit_code
@@ -132,6 +133,11 @@ CONTENT: tuple[Entry | Group, ...] = (
         Entry("predictions.{pool}.batches", "{pool} predictions: batches in protocol order",
               predictions.batches),
     ), each=predictions.each_pool),
+    Group((
+        Entry("cluster.batch-owners", "every recorded batch ran on exactly one worker", workers.batch_owners),
+        Entry("cluster.audit-temperature", "audit batches carried the frozen temperature's hash",
+              workers.audit_temperature),
+    ), when=workers.wanted),
     Entry("labels.map", "label map is a bijection onto the dataset's labels", labelmap.label_map,
           when=labelmap.wanted),
     Entry("fit.record", "temperature record consistent with protocol and logits", fit.record),

@@ -221,7 +221,25 @@ def _environment_lines(e: dict[str, Any]) -> list[str]:
                                                if isinstance(v, (str, int, float, bool)) or v is None),
              "- Packages: " + ", ".join(f"{text(k)} {_optional(v)}" for k, v in sorted(e["packages"].items())
                                         if v is not None and k != RENDERER_PACKAGE)]
-    return lines + ["", "Wall times and peak memory vary between runs; they are in environment.json."]
+    return lines + _cluster_lines(e.get("cluster")) + [
+        "", "Wall times and peak memory vary between runs; they are in environment.json."]
+
+
+def _cluster_lines(cluster: dict[str, Any] | None) -> list[str]:
+    """Where a sharded run's batches ran: workers, machines and CPU kinds (only those that ran a batch)."""
+    if cluster is None:
+        return []
+    ran = [w for w in cluster["workers"] if any(w["batches"].values())]
+    machines = len({w["node_id"] for w in ran})
+    kinds = sorted({w["cpu_kind"] for w in ran})
+    died = sum(1 for w in cluster["workers"] if w["died"])
+    line = (f"- Inference on a Ray cluster: {len(ran)} workers on {machines} machine{'s' * (machines != 1)}, "
+            f"{len(kinds)} CPU kind{'s' * (len(kinds) != 1)} ({'; '.join(kinds)})")
+    if len(kinds) > 1:
+        line += "; MIXED CPU kinds: a batch's logits are those of the kind that ran it (environment.json)"
+    if died:
+        line += f"; {died} worker(s) died, their unfinished batches ran again on the others"
+    return [line]
 
 
 def _bootstrap_lines(b: dict[str, Any] | None) -> list[str]:

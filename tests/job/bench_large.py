@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
@@ -23,36 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from scripts.generated_split import make_data, make_protocol
+
 REPO = Path(__file__).resolve().parents[2]
-
-SEED = 20240601
-
-
-def make_data(path: Path, rows: int, seed: int = SEED) -> Path:
-    """`rows` rows (idx int32, sentence string, label int64) of 3-24 random words, labels 0/1."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from tests.factory import WORDS
-
-    rng = random.Random(seed)
-    sentences = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 24))) + " ." for _ in range(rows)]
-    table = pa.table({"idx": pa.array(range(rows), pa.int32()), "sentence": pa.array(sentences, pa.string()),
-                      "label": pa.array([rng.randrange(2) for _ in range(rows)], pa.int64())})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, path)
-    return path
-
-
-def make_protocol(path: Path, rows: int) -> Path:
-    doc = json.loads((REPO / "provenance.json").read_text())
-    sizes = {"explore": 256, "calibration": 256, "audit": rows - 512}
-    for pool in doc["split"]["pools"]:
-        pool["size"] = sizes[pool["name"]]
-    doc["resources"]["dataset"]["rows"] = rows
-    path.write_text(json.dumps(doc, indent=2))
-    return path
-
 
 def child(cmd: list[str], log: Path) -> dict[str, Any]:
     """Run cmd; exit status, wall seconds and the kernel's peak RSS of the child in MB."""
@@ -66,7 +38,7 @@ def child(cmd: list[str], log: Path) -> dict[str, Any]:
 
 
 def job_run(work: Path, name: str, model: Path, data: Path, rows: int) -> dict[str, Any]:
-    from tests.factory import make_lock
+    from scripts.generated_split import make_lock
 
     protocol = make_protocol(work / f"protocol-{name}.json", rows)
     lock = make_lock(work / f"lock-{name}.json", model, data, rows, ["negative", "positive"])

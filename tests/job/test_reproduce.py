@@ -74,7 +74,7 @@ def altered(tiny_world: tuple[Path, Path], signing_key_dir: Path, tmp_path_facto
     downstream (metrics, studies, report, crate) and sign it with the real key."""
     import job.pipeline
 
-    real = job.pipeline.run_pool
+    real = job.pipeline.pool_output
     calls: list[int] = []
 
     def edited(*args: Any, **kwargs: Any) -> PoolOutput:
@@ -89,7 +89,7 @@ def altered(tiny_world: tuple[Path, Path], signing_key_dir: Path, tmp_path_facto
     protocol, lock = tiny_world
     bag = tmp_path_factory.mktemp("altered") / "run"
     mp = pytest.MonkeyPatch()
-    mp.setattr(job.pipeline, "run_pool", edited)
+    mp.setattr(job.pipeline, "pool_output", edited)
     try:
         assert job_main(["run", "--protocol", str(protocol), "--resources", str(lock), "--out", str(bag),
                          "--signing-key", str(signing_key_dir / "signing-key.pem"), "--no-progress"]) == 0

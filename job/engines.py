@@ -1,0 +1,83 @@
+"""Where a pool's recorded batches run: in this process (LocalEngine) or on a Ray cluster
+(job.sharded.ShardedEngine). Both give the same logits for the same batch plan on the same CPU
+kind; the rest of the run (split, fit, freeze, metrics, sealing) never knows which one ran."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from job.batching import Tokens
+from job.inference import run_batches
+from job.resources import Resources
+from job.runtime import Settings
+
+if TYPE_CHECKING:
+    from job.sharded import ShardOptions
+
+
+class Engine(Protocol):
+    """What a run infers with.
+
+    tokenizer / pad_id / segments: how the driver turns rows into batches; torch_info: the torch
+    settings environment.json records; run: logits [rows of `tokens`, K] of the rows of `plan`
+    (model output order, NaN for rows in no batch); `temperature_sha256` names the frozen
+    temperature and must be given for the audit pool; forward_check: job.forward_check's record;
+    cluster: the sharded record of environment.json (None in this process)."""
+
+    tokenizer: Any
+    pad_id: int
+    segments: bool
+    torch_info: dict[str, Any]
+
+    def run(self, pool: str, tokens: Tokens, plan: Sequence[Sequence[int]], progress: str | None = None,
+            temperature_sha256: str | None = None) -> NDArray[np.float32]: ...
+
+    def forward_check(self, texts: list[str], keys: list[str]) -> dict[str, Any] | None: ...
+
+    def cluster(self) -> dict[str, Any] | None: ...
+
+
+class LocalEngine:
+    """The model loaded in this process; every batch runs here, one after another."""
+
+    def __init__(self, resources: Resources, s: Settings) -> None:
+        from job.model import load_model, model_directory
+        from job.runtime import configure_torch
+
+        self.resources, self.settings = resources, s
+        self.torch_info = configure_torch(s)
+        with model_directory(resources.model) as model_dir:
+            self.model = load_model(model_dir, s)
+        self.torch_info["forward"] = self.model.forward.name  # the packed re-implementation or transformers' own
+        self.tokenizer, self.pad_id, self.segments = self.model.tokenizer, self.model.pad_id, self.model.segments
+
+    def run(self, pool: str, tokens: Tokens, plan: Sequence[Sequence[int]], progress: str | None = None,
+            temperature_sha256: str | None = None) -> NDArray[np.float32]:
+        return run_batches(self.model.forward, self.model.pad_id, tokens, plan, progress)
+
+    def forward_check(self, texts: list[str], keys: list[str]) -> dict[str, Any] | None:
+        from job.forward_check import check_packed_forward
+
+        return check_packed_forward(self.model, self.resources.model, self.settings, texts, keys)
+
+    def cluster(self) -> dict[str, Any] | None:
+        return None
+
+
+@contextlib.contextmanager
+def open_engine(shard: ShardOptions | None, protocol_raw: bytes, recorded: dict[str, Any], resources: Resources,
+                s: Settings) -> Iterator[Engine]:
+    """The local engine when `shard` is None, else the sharded engine on its cluster for the
+    duration of the block (its workers check their files against `recorded`, a resources record)."""
+    if shard is None:
+        yield LocalEngine(resources, s)
+        return
+    from job.sharded import sharded_engine
+
+    with sharded_engine(shard, protocol_raw, recorded, resources, s) as engine:
+        yield engine
