@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from bundle.views.arithmetic import arithmetic_words
+
 VECTOR_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
                 "avx512_bf16", "amx_tile", "amx_bf16")
 """The /proc/cpuinfo flags that decide which float32 kernels a library may pick."""
@@ -139,20 +141,8 @@ def arithmetic_record() -> dict[str, Any]:
     }
 
 
-def short(record: dict[str, Any] | None) -> str:
-    """One phrase naming the arithmetic: "AMD EPYC 9B14, ATen AVX512, oneDNN AVX2 limit"."""
-    if not record:
-        return "unrecorded arithmetic"
-    parts = [str(record.get("cpu_model") or record.get("cpu_vendor") or "unknown CPU")]
-    if record.get("aten_capability"):
-        parts.append(f"ATen {record['aten_capability']}")
-    if record.get("onednn_isa"):
-        parts.append(f"oneDNN {record['onednn_isa']}")
-    mkl = record.get("mkl")
-    if isinstance(mkl, dict) and mkl.get("path"):
-        parts.append(f"MKL for {mkl['path']}")
-    return ", ".join(parts)
-
+short = arithmetic_words
+"""One phrase naming an arithmetic record (bundle.views.arithmetic)."""
 
 COMPARED = ("cpu_vendor", "cpu_model", "aten_capability", "onednn_isa", "mkl")
 """What makes two runs' arithmetic the same kind: CPU and each library's code path."""

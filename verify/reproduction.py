@@ -21,6 +21,7 @@ from bundle import layout
 from bundle.canonical import loads_strict
 from bundle.errors import CanonicalJSONError
 from bundle.keys import fingerprint
+from bundle.views.arithmetic import arithmetic_words
 from verify import limits, schemacheck, signature
 from verify.context import Attestation, Context
 from verify.result import EXIT_OK, EXIT_UNTRUSTED, Failed
@@ -208,21 +209,6 @@ def tolerance(ctx: Context) -> tuple[float, str]:
     if section is None:
         return layout.DEFAULT_LOGIT_TOLERANCE, "format default"
     return float(section["logit_tolerance"]), "protocol"
-
-
-def arithmetic_words(record: dict[str, Any] | None) -> str:
-    """One phrase naming a run's arithmetic: CPU model, ATen capability, oneDNN ISA, MKL's path."""
-    if not record:
-        return "unrecorded arithmetic"
-    parts = [str(record.get("cpu_model") or record.get("cpu_vendor") or "unknown CPU")]
-    if record.get("aten_capability"):
-        parts.append(f"ATen {record['aten_capability']}")
-    if record.get("onednn_isa"):
-        parts.append(f"oneDNN {record['onednn_isa']}")
-    mkl = record.get("mkl")
-    if isinstance(mkl, dict) and mkl.get("path"):
-        parts.append(f"MKL for {mkl['path']}")
-    return ", ".join(parts)
 
 
 def short_number(x: float) -> str:

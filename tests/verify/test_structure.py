@@ -25,6 +25,7 @@ ALLOWED_FROM_BUNDLE = {
     ("bundle.views.report", "JSON_FILES"),
     ("bundle.views.report", "report_markdown"),
     ("bundle.views.markdown", "text"),
+    ("bundle.views.arithmetic", "arithmetic_words"),
     ("bundle.views.figures", "render_figures"),
     ("bundle.views.crate", "crate_bytes"),
     ("bundle.views.sweep", "render_sweep_views"),
