@@ -119,10 +119,14 @@ def _verify_sweep(args: argparse.Namespace) -> int:
         raise InputError("--protocol and --json apply to one bundle; verify a member folder under members/ "
                          "for them.")
     keys = [(signature.load_trusted_key(path), path) for path in args.trusted_key]
+    if not 1 <= args.threshold <= len(keys):
+        raise InputError(f"--threshold {args.threshold} cannot be met by {len(keys)} trusted key(s); pass a "
+                         "threshold from 1 to the number of --trusted-key.")
     attestations = tuple(reproduction.load_attestation(a) for a in args.reproduction)
     reproducers = tuple(signature.load_trusted_key(k) for k in args.trusted_reproducer)
-    outcome = sweep.verify_sweep(args.bundle, keys, attestations=attestations, reproducers=reproducers)
-    sys.stdout.write(sweep.sweep_table(outcome))
+    outcome = sweep.verify_sweep(args.bundle, keys, attestations=attestations, reproducers=reproducers,
+                                 threshold=args.threshold, require_bit_identical=args.require_bit_identical)
+    _out(sweep.sweep_table(outcome))
     return outcome.exit_code
 
 

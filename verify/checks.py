@@ -151,7 +151,7 @@ CONTENT: tuple[Entry | Group, ...] = (
     ), each=metrics.each_pool_and_scale),
     Entry("metrics.argmax", "argmax unchanged by the temperature", metrics.argmax),
     Entry(plausibility.WARNINGS_CHECK, "warnings are those the audit accuracy and temperature call for",
-          plausibility.warnings, when=plausibility.has_warnings),
+          plausibility.warnings),
     Entry("metrics.truncation", "truncation summary restates the predictions' token counts",
           plausibility.truncation, when=plausibility.has_truncation),
     Group((

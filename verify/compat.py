@@ -27,9 +27,10 @@ REQUIRED_SINCE: Final[dict[int, tuple[tuple[str, str], ...]]] = {
 }
 """(file, dotted field) that a format requires and earlier formats lack. Their schemas keep them
 optional, so that format-1 documents still validate; this table makes them required from the
-format that introduced them, so that a signer cannot drop a warning or the arithmetic record
-from a newer bundle and have it read as an older one. The predictions' `full_token_count`
-column is required the same way (verify.predictions.columns)."""
+format that introduced them. A bundle relabelled as an older format is caught by its schema pins
+(verify.claims.NEWER_THAN), and the warnings are recomputed for every bundle whatever its format
+(verify.plausibility.warnings). The predictions' `full_token_count` column is required the same
+way (verify.predictions.columns)."""
 
 
 def _release(text: str) -> tuple[int, ...]:

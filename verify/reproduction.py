@@ -22,7 +22,7 @@ from bundle.canonical import loads_strict
 from bundle.errors import CanonicalJSONError
 from bundle.keys import fingerprint
 from bundle.views.arithmetic import arithmetic_words
-from verify import limits, schemacheck, signature
+from verify import compat, limits, schemacheck, signature
 from verify.context import Attestation, Context
 from verify.result import EXIT_OK, EXIT_UNTRUSTED, Failed
 
@@ -87,6 +87,14 @@ def _found(ctx: Context, n: str) -> dict[str, Any]:
 
 # -- the checks (verify/checks.py lists them in order) ---------------------------------------
 
+def _signed_the_bundle(ctx: Context, reproducer: str) -> bool:
+    """Whether the trusted reproducer key with fingerprint `reproducer` also signed the bundle."""
+    if ctx.envelope is None:
+        return False
+    return any(fingerprint(key) == reproducer and signature.signature_by(ctx.envelope, key) is not None
+               for key in ctx.reproducers)
+
+
 def signed(ctx: Context, n: str) -> str:
     """A DSSE envelope signed by a trusted reproducer, the one it names, over a schema-valid statement."""
     att = ctx.attestations[int(n) - 1]
@@ -101,7 +109,9 @@ def signed(ctx: Context, n: str) -> str:
     if named != who:
         raise Failed(f"{att.source} names the reproducer {named[:16]}… but is signed by {who[:16]}…; an "
                      "attestation must be signed by the reproducer it names.")
-    own = ctx.signer_fingerprint is not None and who == ctx.signer_fingerprint
+    # The bundle's signer, or any key whose signature on the bundle verifies (a co-signer): either
+    # vouched for the bundle already, so its reproduction is not an independent party's.
+    own = (ctx.signer_fingerprint is not None and who == ctx.signer_fingerprint) or _signed_the_bundle(ctx, who)
     ctx.reproductions[n] = {"signer": who, "statement": statement, "self": own}
     whose = ("the bundle's own signer, a self-reproduction that is not independent" if own
              else "the trusted reproducer")
@@ -259,6 +269,9 @@ def _consistent(ctx: Context, p: dict[str, Any]) -> str:
     numbers contradict the verdict it states."""
     rows, worst = p["rows"], p["largest_difference"]
     if p["verdict"] == layout.LEGACY_REPRODUCED:  # an attestation from before the graded verdict
+        if compat.bundle_format(ctx) >= 2:
+            raise Failed("the attestation's verdict 'reproduced' predates re-deriving each row's label and "
+                         "inputs, so it cannot vouch for a format-2 bundle; reproduce it with the current job.")
         if rows["identical"] != rows["compared"] or worst["ulps"] != 0 or worst["abs"] != 0 or p["first_differences"]:
             raise Failed("the verdict says reproduced but the attestation records a difference.")
         return "bit-identical"

@@ -84,14 +84,20 @@ class _State:
 
 
 def _statement(path: Path, what: str, predicate_type: str, schema: str,
-               keys: list[tuple[Ed25519PublicKey, str]]) -> tuple[dict[str, Any], dict[str, str], str]:
-    """(predicate, subject name -> sha256, statement sha256) of the signed record at `path`."""
+               keys: list[tuple[Ed25519PublicKey, str]], threshold: int = 1
+               ) -> tuple[dict[str, Any], dict[str, str], str]:
+    """(predicate, subject name -> sha256, statement sha256) of the signed record at `path`, which
+    at least `threshold` of the distinct trusted `keys` must have signed."""
     if not path.is_file() or path.is_symlink():
         raise Failed(f"the sweep has no {path.name}; {what} is missing.")
-    env = signature.parse_envelope(limits.read_small_file(path, what, MAX_RECORD_BYTES))
-    if not any(signature.signature_by(env, key) is not None for key, _ in keys):
+    env = signature.parse_envelope(limits.read_small_file(path, what, MAX_RECORD_BYTES), path.name)
+    signers = sum(1 for key, _ in keys if signature.signature_by(env, key) is not None)
+    if signers == 0:
         raise Failed(f"{path.name} is not signed by a trusted key; it was changed after signing or "
                      "another key signed it.")
+    if signers < threshold:
+        raise Failed(f"{path.name} is signed by {signers} of the trusted keys, fewer than the threshold of "
+                     f"{threshold}.")
     try:
         statement = loads_strict(env.payload, source=f"The {what}")
     except CanonicalJSONError as exc:
@@ -104,9 +110,9 @@ def _statement(path: Path, what: str, predicate_type: str, schema: str,
     return statement["predicate"], {n: d["sha256"] for n, d in digests.items()}, hashlib.sha256(env.payload).hexdigest()
 
 
-def _check_plan(root: Path, st: _State, keys: list[tuple[Ed25519PublicKey, str]]) -> str:
+def _check_plan(root: Path, st: _State, keys: list[tuple[Ed25519PublicKey, str]], threshold: int) -> str:
     predicate, subjects, digest = _statement(root / layout.SWEEP_PLAN, "plan", layout.SWEEP_PLAN_PREDICATE_TYPE,
-                                             "sweep-plan", keys)
+                                             "sweep-plan", keys, threshold)
     names = [m["name"] for m in predicate["members"]]
     if len(set(names)) != len(names):
         raise Failed("the plan names a member twice.")
@@ -136,12 +142,12 @@ def _check_file(root: Path, st: _State) -> str:
     return f"sweep {plan['sweep']['name']}, sha256 {digest[:16]}…"
 
 
-def _check_index(root: Path, st: _State, keys: list[tuple[Ed25519PublicKey, str]]) -> str:
+def _check_index(root: Path, st: _State, keys: list[tuple[Ed25519PublicKey, str]], threshold: int) -> str:
     if not (root / layout.SWEEP_INDEX).exists():
         raise Failed(f"the sweep has no {layout.SWEEP_INDEX}: it has not finished; run the sweep again to "
                      "resume it.")
     predicate, subjects, _digest = _statement(root / layout.SWEEP_INDEX, "index",
-                                              layout.SWEEP_INDEX_PREDICATE_TYPE, "sweep-index", keys)
+                                              layout.SWEEP_INDEX_PREDICATE_TYPE, "sweep-index", keys, threshold)
     expected = {layout.SWEEP_PLAN + "#payload": predicate["plan_sha256"],
                 **{layout.member_statement_subject(r["name"]): r["statement_sha256"]
                    for r in predicate["members"] if r["status"] == "done"}}
@@ -210,20 +216,22 @@ def _summary(bag: Path) -> dict[str, Any]:
 
 def verify_member(bag: str, keys_raw: tuple[bytes, ...], protocol_sha256: str,
                   statement_sha256: str, summary: dict[str, Any], attestations: tuple[Attestation, ...] = (),
-                  reproducers_raw: tuple[bytes, ...] = ()) -> tuple[bool, str]:
+                  reproducers_raw: tuple[bytes, ...] = (), threshold: int = 1,
+                  require_bit_identical: bool = False) -> tuple[bool, str]:
     """(verified, detail) for one member bundle; runs in a worker process, so all arguments are
-    plain data. The bundle must pass every check under a trusted key with the planned protocol,
-    its signed statement must be the one the index names, and its records must give the index's
-    summary."""
+    plain data. The bundle must pass every check under `threshold` of the trusted keys with the
+    planned protocol (and its reproductions at the level asked for), its signed statement must be
+    the one the index names, and its records must give the index's summary."""
     from verify.api import verify_path
     from verify.context import Trust
 
     keys = [(Ed25519PublicKey.from_public_bytes(k), f"trusted key {i + 1}") for i, k in enumerate(keys_raw)]
-    trust = Trust(key=keys[0][0], source=keys[0][1], more_keys=tuple(keys[1:]))
+    trust = Trust(key=keys[0][0], source=keys[0][1], more_keys=tuple(keys[1:]), threshold=threshold)
     start = time.perf_counter()
     try:
         outcome = verify_path(Path(bag), trust, expected_protocol_sha256=protocol_sha256, attestations=attestations,
-                              reproducers=tuple(Ed25519PublicKey.from_public_bytes(k) for k in reproducers_raw))
+                              reproducers=tuple(Ed25519PublicKey.from_public_bytes(k) for k in reproducers_raw),
+                              require_bit_identical=require_bit_identical)
     except (InputError, OSError, ValueError, UnicodeError, MemoryError, RecursionError) as exc:
         # an unreadable member is a failed member, never a crash of the whole verification
         return False, f"cannot be read ({type(exc).__name__}: {exc})"
@@ -278,7 +286,8 @@ def _match_attestations(st: _State, attestations: tuple[Attestation, ...]) -> No
 
 
 def _check_members(root: Path, st: _State, keys: list[tuple[Ed25519PublicKey, str]], processes: int,
-                   attestations: tuple[Attestation, ...] = (), reproducers_raw: tuple[bytes, ...] = ()) -> str:
+                   attestations: tuple[Attestation, ...] = (), reproducers_raw: tuple[bytes, ...] = (),
+                   threshold: int = 1, require_bit_identical: bool = False) -> str:
     plan = _need_plan(st)
     if st.index is None:
         raise Failed("no signed index to say which members are done.")
@@ -295,7 +304,8 @@ def _check_members(root: Path, st: _State, keys: list[tuple[Ed25519PublicKey, st
         else:
             bag = root / layout.SWEEP_MEMBERS / m["name"]
             jobs.append((m["name"], (str(bag), keys_raw, m["protocol_sha256"], row["statement_sha256"],
-                                     row["summary"], tuple(st.attested.get(m["name"], [])), reproducers_raw)))
+                                     row["summary"], tuple(st.attested.get(m["name"], [])), reproducers_raw,
+                                     threshold, require_bit_identical)))
     if jobs:
         workers = max(1, min(processes, len(jobs)))
         with ProcessPoolExecutor(max_workers=workers) as executor:
@@ -344,21 +354,24 @@ def _check_complete(root: Path, st: _State) -> str:
 
 def verify_sweep(path: Path, keys: list[tuple[Ed25519PublicKey, str]], processes: int | None = None, *,
                  attestations: tuple[Attestation, ...] = (),
-                 reproducers: tuple[Ed25519PublicKey, ...] = ()) -> SweepOutcome:
-    """Run SWEEP_CHECKS on the sweep directory at `path` against the trusted `keys`; each
-    reproduction attestation is checked with the member bundle it names (counted only when signed
-    by one of `reproducers`)."""
+                 reproducers: tuple[Ed25519PublicKey, ...] = (), threshold: int = 1,
+                 require_bit_identical: bool = False) -> SweepOutcome:
+    """Run SWEEP_CHECKS on the sweep directory at `path` against the trusted `keys`, of which
+    `threshold` must have signed the plan, the index and every member; each reproduction
+    attestation is checked with the member bundle it names (counted only when signed by one of
+    `reproducers`, and only when bit-identical if `require_bit_identical`)."""
     start = time.perf_counter()
     st = _State()
     procs = processes or min(MAX_PROCESSES, os.cpu_count() or 1)
     functions: dict[str, Callable[[], str]] = {
-        "sweep.plan": lambda: _check_plan(path, st, keys),
+        "sweep.plan": lambda: _check_plan(path, st, keys, threshold),
         "sweep.file": lambda: _check_file(path, st),
-        "sweep.index": lambda: _check_index(path, st, keys),
+        "sweep.index": lambda: _check_index(path, st, keys, threshold),
         "sweep.index-plan": lambda: _check_index_plan(path, st),
         "sweep.members-folder": lambda: _check_members_folder(path, st),
         "sweep.members": lambda: _check_members(path, st, keys, procs, attestations,
-                                                tuple(_public_raw(k) for k in reproducers)),
+                                                tuple(_public_raw(k) for k in reproducers), threshold,
+                                                require_bit_identical),
         "sweep.views": lambda: _check_views(path, st),
         "sweep.reproductions": lambda: _check_reproductions(st, len(attestations)),
         "sweep.complete": lambda: _check_complete(path, st),

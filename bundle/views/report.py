@@ -234,7 +234,7 @@ def _cluster_lines(cluster: dict[str, Any] | None) -> list[str]:
     kinds = sorted({w["cpu_kind"] for w in ran})
     died = sum(1 for w in cluster["workers"] if w["died"])
     line = (f"- Inference on a Ray cluster: {len(ran)} workers on {machines} machine{'s' * (machines != 1)}, "
-            f"{len(kinds)} CPU kind{'s' * (len(kinds) != 1)} ({'; '.join(kinds)})")
+            f"{len(kinds)} CPU kind{'s' * (len(kinds) != 1)} ({'; '.join(text(k) for k in kinds)})")
     if len(kinds) > 1:
         line += "; MIXED CPU kinds: a batch's logits are those of the kind that ran it (environment.json)"
     if died:

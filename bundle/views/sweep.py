@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 
 from bundle import layout
 from bundle.views.figures import COLORS, DPI, _fresh_rc, _png
+from bundle.views.markdown import text
 
 SIZE_PER_MEMBER = 0.45  # inches of width per member in the figures
 MIN_WIDTH, MAX_WIDTH, HEIGHT = 6.4, 40.0, 4.2
@@ -64,7 +65,7 @@ def sweep_markdown(plan: Mapping[str, Any], index: Mapping[str, Any]) -> bytes:
                      f"{_interval(m['ece']['difference'])} | {cells[2]} |")
     if failed:
         lines += ["", "## Failed members", ""]
-        lines += [f"- {r['name']}: {r['error']}" for r in failed]
+        lines += [f"- {text(r['name'])}: {text(r['error'])}" for r in failed]  # errors are free text
     lines += ["", "## Figures", "",
               f"![T per member]({layout.SWEEP_TEMPERATURE_FIGURE})", "",
               f"![Audit ECE raw and calibrated per member]({layout.SWEEP_ECE_FIGURE})", ""]

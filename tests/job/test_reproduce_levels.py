@@ -328,9 +328,11 @@ def test_equivalent_passes_and_says_so_unless_bit_identity_is_required(
     assert code == 1 and "do not" in line(out, "reproduction.1.reproduced")
 
 
-def test_an_attestation_from_before_the_graded_verdict_still_reads(
+def test_an_attestation_from_before_the_graded_verdict_cannot_vouch_for_a_format_2_bundle(
         full: Path, tiny_bundle: Path, reproducer: Path, signing_key_dir: Path, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
+    """Its job never re-derived labels, so a label lie would pass it; format-1 bundles, which such
+    attestations were written for, still read it (verify.reproduction._consistent)."""
     def earlier(p: dict[str, Any]) -> None:
         for key in ("tolerance", "inputs", "figures", "signer_arithmetic"):
             del p[key]
@@ -342,8 +344,8 @@ def test_an_attestation_from_before_the_graded_verdict_still_reads(
     att = resigned(full, tmp_path / "v1.json", reproducer, earlier)
     code, out = verify(tiny_bundle, signing_key_dir / "signing-key.pub.pem", capsys, "--reproduction", str(att),
                        "--trusted-reproducer", str(reproducer / "signing-key.pub.pem"))
-    assert code == 0, out
-    assert "bit-identical: 40 rows compared" in line(out, "reproduction.1.reproduced")
+    assert code == 1, out
+    assert "predates re-deriving each row's label" in line(out, "reproduction.1.reproduced")
 
 
 def test_grade_names_the_level() -> None:
@@ -378,3 +380,23 @@ def test_cosign_refuses_a_bundle_that_does_not_verify(tiny_bundle: Path, reprodu
     assert bundle_main(["cosign", str(intact), *sealed_by, *not_the_signer]) == 2
     assert "signature.signer-trusted" in capsys.readouterr().err
     assert bundle_main(["cosign", str(intact), *sealed_by]) == 0  # intact under the key it carries
+
+
+def test_a_reproduction_by_a_co_signer_is_not_independent(
+        tiny_bundle: Path, tiny_world: tuple[Path, Path], signing_key_dir: Path, reproducer: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A key that co-signed the bundle already vouched for it: its reproduction is a self-reproduction."""
+    import shutil
+
+    from bundle.cosign import cosign
+
+    bag = tmp_path / "bag"
+    shutil.copytree(tiny_bundle, bag)
+    cosign(bag, load_private_key(reproducer / "signing-key.pem"))
+    att = tmp_path / "cosigner.json"
+    assert reproduce(bag, att, reproducer, tiny_world[1]) == 0
+    code, out = verify(bag, signing_key_dir / "signing-key.pub.pem", capsys, "--reproduction", str(att),
+                       "--trusted-reproducer", str(reproducer / "signing-key.pub.pem"))
+    assert code == 0, out
+    assert "self-reproduction" in line(out, "reproduction.1.signed")
+    assert "no independent trusted reproduction was given" in out

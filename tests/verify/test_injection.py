@@ -208,3 +208,17 @@ def test_a_report_rendered_with_raw_text_is_refused(bags: dict[str, Path], verif
     assert outcome.exit_code == EXIT_FAILED
     assert "report.regenerated" in failed, failed
     assert set(failed) <= {"report.regenerated", "report.tables"}, failed  # the fake marker too
+
+
+def test_a_cluster_workers_cpu_kind_makes_no_structure() -> None:
+    """A worker's cpu_kind comes from that node's /proc/cpuinfo: free text from any cluster node."""
+    from bundle.views.report import _cluster_lines
+
+    workers = [{"node_id": f"n{i}", "cpu_kind": kind, "died": False, "batches": {"audit": [i]}}
+               for i, kind in enumerate(("AMD EPYC | AVX512", HOSTILE["cpu"]))]
+    (line,) = _cluster_lines({"engine": "ray", "workers": workers, "audit_temperature_sha256": None})
+    assert "MIXED CPU kinds" in line
+    tokens = MD.parse(line)
+    assert [t.type for t in tokens] == ["bullet_list_open", "list_item_open", "paragraph_open", "inline",
+                                        "paragraph_close", "list_item_close", "bullet_list_close"]
+    assert not [c for c in tokens[3].children or [] if c.type in ("html_inline", "image", "link_open")]

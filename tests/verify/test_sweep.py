@@ -222,3 +222,17 @@ def test_readme_lists_the_sweep_checks_in_order() -> None:
     section = text.split("## Sweeps", 1)[1].split("\n## ", 1)[0]
     ids = [line.split("`")[1] for line in section.splitlines() if line.startswith("| `")]
     assert ids == [cid for cid, _ in SWEEP_CHECKS]
+
+
+def test_a_sweep_meets_the_threshold_or_fails(sweep_dir: Path, signing_key_dir: Path, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """--threshold 2 with two trusted keys: the plan, the index and the members are signed by one."""
+    generate(tmp_path / "other")
+    keys = ["--trusted-key", str(signing_key_dir / "signing-key.pub.pem"),
+            "--trusted-key", str(tmp_path / "other" / "signing-key.pub.pem")]
+    assert verify_main([str(sweep_dir), *keys, "--threshold", "2"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL    sweep.plan" in out and "fewer than the threshold of 2" in out
+    assert verify_main([str(sweep_dir), *keys[:2], "--threshold", "2"]) == 2
+    assert "cannot be met by 1 trusted key" in capsys.readouterr().err
+    assert verify_main([str(sweep_dir), *keys, "--threshold", "1"]) == 0
