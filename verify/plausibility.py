@@ -13,6 +13,8 @@ from verify.context import POOL_NAMES, Context
 from verify.result import Failed
 
 WARNINGS_CHECK = "metrics.warnings"
+UNRECORDED = " (recomputed; this bundle records no warnings)"
+"""How the check's detail ends for a bundle written before metrics.json carried warnings."""
 
 
 def expected_warnings(accuracy: float, k: int, temperature: dict[str, Any]) -> list[str]:
@@ -50,7 +52,7 @@ def warnings(ctx: Context) -> str:
         # format.fields): the verifier says what they would be, so that writing an older format
         # cannot hide a run that went wrong.
         if expected:
-            return "WARNING: " + "; WARNING: ".join(expected) + " (recomputed; this bundle records no warnings)"
+            return "WARNING: " + "; WARNING: ".join(expected) + UNRECORDED
         return f"none called for (recomputed; this bundle records no warnings): audit accuracy {accuracy:.1%}"
     if m["warnings"] != expected:
         raise Failed(f"metrics.json warns {m['warnings']!r}, the logits and temperature.json call for "

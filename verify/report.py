@@ -7,7 +7,7 @@ from typing import Any
 
 from bundle.keys import fingerprint
 from verify.api import Outcome
-from verify.plausibility import WARNINGS_CHECK
+from verify.plausibility import UNRECORDED, WARNINGS_CHECK
 from verify.result import EXIT_FAILED, EXIT_OK, EXIT_UNTRUSTED
 
 REPORT_VERSION = 1
@@ -72,8 +72,11 @@ def _warning_lines(outcome: Outcome) -> list[str]:
              and c.detail.startswith("WARNING: ")]
     if not found:
         return []
-    return ["", "The run warns (signed in metrics.json, recomputed here; the figures are what it found):"] + [
-        f"  {_printable(w)}" for w in found[0].split("; WARNING: ")]
+    detail, unsigned = found[0], found[0].endswith(UNRECORDED)
+    where = ("recomputed here; this bundle, of a format before warnings, records none" if unsigned
+             else "signed in metrics.json, recomputed here")
+    return ["", f"The run warns ({where}; the figures are what it found):"] + [
+        f"  {_printable(w)}" for w in detail.removesuffix(UNRECORDED).split("; WARNING: ")]
 
 
 def table(outcome: Outcome) -> str:
