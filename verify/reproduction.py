@@ -354,9 +354,11 @@ def _phrase(v: dict[str, Any]) -> str:
         return f"bit for bit ({mode})"
     where = "on another CPU" if v["other_cpu"] else "on the same kind of CPU" if v["other_cpu"] is False else ""
     figures = v["figures"]
+    flagged = (f"; {v['suspicious']} batch group(s) re-run on the kind that signed them NOT bit-identical"
+               if v.get("suspicious") else "")
     return (f"equivalent {where}: every logit within {short_number(v['tolerance'])} "
             f"(largest {short_number(v['largest'])}), "
-            f"predictions unchanged, {figures} ({mode})").replace("equivalent :", "equivalent:")
+            f"predictions unchanged, {figures} ({mode}){flagged}").replace("equivalent :", "equivalent:")
 
 
 def assurance(ctx: Context, code: int) -> str:
