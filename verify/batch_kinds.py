@@ -142,8 +142,7 @@ def _check_totals(p: Mapping[str, Any], groups: list[Mapping[str, Any]]) -> None
 
 
 def grouped(ctx: Context, n: str) -> str:
-    """Its batch-kind groups restate the bundle's and its own records and numbers; shown, with
-    same-kind groups that are not bit-identical flagged."""
+    """Its batch-kind groups restate the bundle's records and its own numbers; same-kind differences flagged."""
     found: dict[str, Any] = ctx.need(ctx.reproductions.get(n), f"attestation {n}'s signed statement")
     p = found["statement"]["predicate"]
     if "batch_kinds" not in p:

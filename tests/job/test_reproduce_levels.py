@@ -29,6 +29,7 @@ import pytest
 
 from bundle.attestation import attestation_bytes
 from bundle.keys import fingerprint, generate, load_private_key
+from job.batch_kinds import kind_of
 from job.cli import main as job_main
 from job.logit_compare import grade, short_number
 from job.predictions import PoolOutput
@@ -128,7 +129,7 @@ def margins_edited(tiny_world: tuple[Path, Path], signing_key_dir: Path,
             return PoolOutput(logits, out.token_count, out.truncated, out.batch, out.full_token_count)
         return edited
 
-    return _run_edited(tiny_world, signing_key_dir, tmp_path_factory.mktemp("edited") / "run", "run_pool", edit)
+    return _run_edited(tiny_world, signing_key_dir, tmp_path_factory.mktemp("edited") / "run", "_infer", edit)
 
 
 @pytest.fixture(scope="module")
@@ -306,6 +307,11 @@ def _equivalent(p: dict[str, Any]) -> None:
                                 {"pool": "audit", "idx": 2, "ulps": 1, "abs": 6e-8}])
     p["rows"].update(identical=p["rows"]["compared"] - 2)
     p["environment"]["arithmetic"] = {**p["environment"]["arithmetic"], "aten_capability": "AVX2"}
+    elsewhere = kind_of(p["environment"]["arithmetic"])
+    for g in p["batch_kinds"]["groups"]:  # every batch now re-run on that other kind
+        g.update(rerun_on=elsewhere, same_kind=False)
+    first = next(g for g in p["batch_kinds"]["groups"] if g["pool"] == "audit")  # holds the two rows, say
+    first.update(identical=first["rows"] - 2, largest_difference=p["largest_difference"], level="equivalent")
 
 
 def test_equivalent_passes_and_says_so_unless_bit_identity_is_required(
@@ -332,7 +338,7 @@ def test_an_attestation_from_before_the_graded_verdict_still_reads(
         full: Path, tiny_bundle: Path, reproducer: Path, signing_key_dir: Path, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     def earlier(p: dict[str, Any]) -> None:
-        for key in ("tolerance", "inputs", "figures", "signer_arithmetic"):
+        for key in ("tolerance", "inputs", "figures", "signer_arithmetic", "batch_kinds"):
             del p[key]
         for key in ("within_tolerance", "predictions_changed"):
             del p["rows"][key]
