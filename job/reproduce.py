@@ -201,6 +201,16 @@ def _rerun_pool(engine: Engine, s: Settings, label_map: LabelMap | None, rows: R
     return finding, checked, differences
 
 
+def recorded_batches(cluster: dict[str, Any] | None, ran: dict[str, list[int]]) -> dict[str, Any] | None:
+    """A sharded engine's record with each worker's batches renamed from their place in the plan it
+    was given (pool -> position in `ran[pool]`) to the bundle's recorded batch numbers."""
+    if cluster is None:
+        return None
+    workers = [{**w, "batches": {pool: sorted(ran[pool][i] for i in bs) for pool, bs in w["batches"].items()}}
+               for w in cluster["workers"]]
+    return {**cluster, "workers": workers}
+
+
 def rerun(bundle: VerifiedBundle, protocol: Protocol, resources: Resources, sample: dict[str, list[int]] | None,
           progress: bool, shard: ShardOptions | None = None) -> Finding:
     """Re-derive the pools and every row's inputs, re-run the recorded batches (all, or those of
@@ -232,14 +242,15 @@ def rerun(bundle: VerifiedBundle, protocol: Protocol, resources: Resources, samp
         count(input_differences(name, list(range(len(positions))), _recorded_inputs(theirs),
                                 _derived_inputs(rows, positions)))
     results: dict[str, PoolFinding] = {}
+    ran: dict[str, list[int]] = {}
     temperature_sha256 = bundle.sha256(layout.TEMPERATURE_JSON)
     with open_engine(shard, bundle.protocol_raw, bundle.json(layout.RESOURCES_JSON), resources, s) as engine:
         for name in POOLS:
-            batches = sorted(recorded[name].batches()) if sample is None else sample[name]
+            batches = ran[name] = sorted(recorded[name].batches()) if sample is None else sample[name]
             results[name], counted, differ = _rerun_pool(engine, s, protocol.label_map, rows, pools[name].positions,
                                                          recorded[name], batches, progress, temperature_sha256)
             count((counted, differ))
-        cluster = engine.cluster()
+        cluster = recorded_batches(engine.cluster(), ran)
     order_of = {f: i for i, f in enumerate(INPUT_FIELDS)}
     differences.sort(key=lambda d: (POOLS.index(d.pool), order_of[d.field]))
     return Finding(results, {f: checked[f] for f in INPUT_FIELDS if f in checked}, differences, cluster)

@@ -7,7 +7,9 @@ mixed-kind sharded run would have written it; it is then reproduced here.
   up; the verifier accepts them, shows them and says the run was MIXED; the report says so too;
 - a signer's edit of one logit inside a batch signed on this machine's kind is a mismatch, and its
   same-kind group is flagged as suspicious while the other group stays bit-identical;
-- the verifier refuses groups that misstate the bundle's kinds or the attestation's own numbers."""
+- the verifier refuses groups that misstate the bundle's kinds or the attestation's own numbers;
+- a sharded reproduction (two pretend workers of two kinds) lists its workers with the recorded
+  batches each re-ran, and the groups follow them."""
 
 from __future__ import annotations
 
@@ -206,3 +208,60 @@ def test_groups_follow_workers_and_flag_only_same_kind_differences() -> None:
     limited = {**a, "onednn_isa": "AVX2"}
     [g] = groups("audit", row_batches, compared, np.zeros(5, dtype=bool), Side(None, a), Side(None, limited), 1e-4)
     assert g["signed_on"] == g["rerun_on"] and not g["same_kind"]
+
+
+class TwoKindWorkers:
+    """This process's model behind two pretend workers, as a sharded engine reports them: the
+    batches of the plan it is given alternate between a worker of this machine's kind and one that
+    claims an Intel Xeon, and each worker lists its batches by their place in that plan."""
+
+    def __init__(self, local: Any) -> None:
+        self.local = local
+        self.tokenizer, self.pad_id, self.segments = local.tokenizer, local.pad_id, local.segments
+        self.torch_info = local.torch_info
+        self.ran: list[dict[str, list[int]]] = [{}, {}]
+
+    def run(self, pool: str, tokens: Any, plan: Any, progress: str | None = None,
+            temperature_sha256: str | None = None) -> Any:
+        for i in range(len(plan)):
+            self.ran[i % 2].setdefault(pool, []).append(i)
+        return self.local.run(pool, tokens, plan, progress, temperature_sha256)
+
+    def forward_check(self, texts: list[str], keys: list[str]) -> dict[str, Any] | None:
+        return None
+
+    def cluster(self) -> dict[str, Any]:
+        return {"engine": "ray", "audit_temperature_sha256": None, "workers": [
+            {"id": f"worker-{i}", "hostname": f"node-{i}", "node_id": str(i), "cpu": cpu, "cpu_kind": _kind(cpu),
+             "threads": 1, "died": False, "batches": self.ran[i]} for i, cpu in enumerate((_here(), XEON))]}
+
+
+def test_a_sharded_reproduction_records_its_workers_by_recorded_batch(
+        mixed_bundle: Path, tiny_world: tuple[Path, Path], reproducer: Path, signing_key_dir: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import contextlib
+
+    import job.engines
+
+    @contextlib.contextmanager
+    def two_workers(shard: Any, protocol_raw: bytes, recorded: Any, resources: Any, s: Any) -> Any:
+        yield TwoKindWorkers(job.engines.LocalEngine(resources, s))
+
+    monkeypatch.setattr(job.engines, "open_engine", two_workers)
+    att = tmp_path / "att.json"
+    # seed 3 draws calibration batches 0 and 1 and audit batch 1 alone, the first of its plan
+    assert reproduce(mixed_bundle, att, reproducer, tiny_world[1], "--sample", "24", "--seed", "3") == 0
+    p = predicate(att)
+    workers = p["batch_kinds"]["workers"]
+    assert [w["cpu_kind"] for w in workers] == [kind_of(arithmetic_record()), _kind(XEON)]
+    for pool in layout.REPRODUCTION_POOLS:
+        drawn = p["sample"]["batches"][pool]
+        by_worker = [w["batches"].get(pool, []) for w in workers]
+        assert sorted(b for bs in by_worker for b in bs) == drawn  # recorded batch numbers, each once
+        assert by_worker[0] == drawn[0::2] and by_worker[1] == drawn[1::2]
+        for g in (g for g in p["batch_kinds"]["groups"] if g["pool"] == pool):
+            assert all(b in by_worker[0 if g["rerun_on"] == workers[0]["cpu_kind"] else 1] for b in g["batches"])
+    assert any(g["rerun_on"] == _kind(XEON) for g in p["batch_kinds"]["groups"])
+    code, out = verify(mixed_bundle, signing_key_dir / "signing-key.pub.pem", capsys, "--reproduction", str(att),
+                       "--trusted-reproducer", str(reproducer / "signing-key.pub.pem"))
+    assert code == 0, out
