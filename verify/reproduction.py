@@ -241,6 +241,12 @@ def _cpus(ctx: Context, p: dict[str, Any]) -> tuple[str, bool | None]:
     env = ctx.docs.get(layout.ENVIRONMENT_JSON) or {}
     signer = env.get("arithmetic")
     mine = p["environment"].get("arithmetic")
+    cluster = env.get("cluster")
+    kinds = {w["cpu_kind"] for w in cluster["workers"] if any(w["batches"].values())} if cluster else set()
+    if len(kinds) > 1:  # no one kind signed the logits: each batch is judged against its own
+        here = arithmetic_words(mine) if mine else p["environment"]["cpu_model"]
+        return (f"signed on {len(kinds)} CPU kinds (MIXED; each batch judged against its own kind in the "
+                f"batch-kinds check), reproduced on {here}"), None
     words = (f"signed on {arithmetic_words(signer) if signer else env.get('cpu_model') or 'an unrecorded CPU'}, "
              f"reproduced on {arithmetic_words(mine) if mine else p['environment']['cpu_model']}")
     if not signer or not mine:

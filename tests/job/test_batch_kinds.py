@@ -121,6 +121,7 @@ def test_a_mixed_run_is_grouped_batch_by_batch_and_the_verifier_shows_it(
     assert "re-run on the same kind: bit-identical" in shown
     assert f"signed on {XEON['model']} {XEON['isa']}, re-run on" in shown
     assert "2 CPU kind(s), MIXED" in line(out, "cluster.batch-owners")
+    assert "signed on 2 CPU kinds (MIXED; each batch judged" in line(out, "reproduction.1.reproduced")
     assert "MIXED CPU kinds" in (mixed_bundle / layout.REPORT_MD).read_text()
 
 
