@@ -4,7 +4,8 @@ signed, which level the re-run reached: `bit-identical`, `equivalent` or `mismat
 Order: the bundle is verified (integrity), its protocol read, the resources checked against the
 hashes the bundle records (before any inference), the pools and every row's inputs (idx, text hash,
 label) re-derived from the pinned data, the recorded batches re-run (all of them, or whole batches
-drawn from a seed), every row run compared (logits, token count, truncation), every published
+drawn from a seed), every row run compared (logits, token count, truncation), the batches run
+grouped by the CPU kind that signed and the kind that re-ran each (job.batch_kinds), every published
 figure recomputed from the reproducer's logits (full mode), and the attestation written
 atomically. Exit 0 bit-identical or equivalent, 1 mismatch, 2 bad input."""
 
