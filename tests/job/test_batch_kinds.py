@@ -143,7 +143,7 @@ def edited_in_a_same_kind_batch(tiny_world: tuple[Path, Path], signing_key_dir: 
             return PoolOutput(logits, out.token_count, out.truncated, out.batch, out.full_token_count)
         return edited
 
-    run = _run_edited(tiny_world, signing_key_dir, tmp_path_factory.mktemp("edited") / "run", "_infer", edit)
+    run = _run_edited(tiny_world, signing_key_dir, tmp_path_factory.mktemp("edited") / "run", "pool_output", edit)
     first = int(_batches(run, "audit")[0])
     return mixed(run, tmp_path_factory.mktemp("mixed-edited") / "run", signing_key_dir, {"audit": [first]})
 

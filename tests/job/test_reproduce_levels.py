@@ -129,7 +129,7 @@ def margins_edited(tiny_world: tuple[Path, Path], signing_key_dir: Path,
             return PoolOutput(logits, out.token_count, out.truncated, out.batch, out.full_token_count)
         return edited
 
-    return _run_edited(tiny_world, signing_key_dir, tmp_path_factory.mktemp("edited") / "run", "_infer", edit)
+    return _run_edited(tiny_world, signing_key_dir, tmp_path_factory.mktemp("edited") / "run", "pool_output", edit)
 
 
 @pytest.fixture(scope="module")

@@ -75,7 +75,7 @@ def test_a_standin_bundle_is_bit_identical_here_and_equivalent_under_avx2(
 def test_three_edited_margins_are_a_mismatch_under_avx2(tmp_path: Path, signing_key_dir: Path) -> None:
     import job.pipeline
 
-    real = job.pipeline._infer
+    real = job.pipeline.pool_output
     calls: list[int] = []
 
     def edited(*args: Any, **kwargs: Any) -> PoolOutput:
@@ -90,7 +90,7 @@ def test_three_edited_margins_are_a_mismatch_under_avx2(tmp_path: Path, signing_
 
     bundle = tmp_path / "bundle"
     mp = pytest.MonkeyPatch()
-    mp.setattr(job.pipeline, "_infer", edited)
+    mp.setattr(job.pipeline, "pool_output", edited)
     try:
         assert job_main(["run", "--resources", str(LOCK), "--out", str(bundle), "--no-progress",
                          "--signing-key", str(signing_key_dir / "signing-key.pem")]) == 0
