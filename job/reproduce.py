@@ -4,7 +4,8 @@ signed, which level the re-run reached: `bit-identical`, `equivalent` or `mismat
 Order: the bundle is verified (integrity), its protocol read, the resources checked against the
 hashes the bundle records (before any inference), the pools and every row's inputs (idx, text hash,
 label) re-derived from the pinned data, the recorded batches re-run (all of them, or whole batches
-drawn from a seed), every row run compared (logits, token count, truncation), every published
+drawn from a seed), every row run compared (logits, token count, truncation), the batches run
+grouped by the CPU kind that signed and the kind that re-ran each (job.batch_kinds), every published
 figure recomputed from the reproducer's logits (full mode), and the attestation written
 atomically. Exit 0 bit-identical or equivalent, 1 mismatch, 2 bad input."""
 
@@ -26,11 +27,12 @@ from bundle import layout
 from bundle.attestation import attestation_bytes, build_reproduction_statement, write_attestation
 from bundle.keys import fingerprint, load_private_key
 from job.arithmetic import arithmetic_record, same_arithmetic, short
+from job.batch_kinds import Side, group_words, groups, reproducer_workers, suspicious
 from job.batching import Tokenized
 from job.dataset import Rows, load_rows
 from job.environment import cpu_model, git_commit
 from job.errors import JobError
-from job.logit_compare import compare_rows, grade, predictions_changed, short_number
+from job.logit_compare import RowComparison, compare_rows, grade, predictions_changed, short_number
 from job.protocol import Protocol
 from job.reproduced_figures import TABLE_INPUTS, recomputed_changes
 from job.resources import Resources
@@ -73,6 +75,7 @@ class PoolFinding:
 
     compared: list[int]
     batches: list[int]  # recorded batches re-run
+    row_batches: NDArray[np.int64]  # each compared row's recorded batch
     identical: NDArray[np.bool_]
     ulps: NDArray[np.int64]
     abs: NDArray[np.float64]
@@ -88,6 +91,7 @@ class Finding:
     pools: dict[str, PoolFinding]
     inputs_checked: dict[str, int]  # field -> rows checked, over both pools
     input_differences: list[InputDifference]
+    cluster: dict[str, Any] | None = None  # the reproducer's workers and the batches each re-ran (sharded)
 
     @property
     def rows(self) -> int:
@@ -191,10 +195,21 @@ def _rerun_pool(engine: Engine, s: Settings, label_map: LabelMap | None, rows: R
                        "machine are broken, so nothing can be compared.")
     result = compare_rows(found, theirs.logits[needed])
     finding = PoolFinding(
-        compared=needed, batches=batches, identical=result.identical, ulps=result.ulps, abs=result.abs,
+        compared=needed, batches=batches, row_batches=np.asarray(theirs.batch[needed], dtype=np.int64),
+        identical=result.identical, ulps=result.ulps, abs=result.abs,
         prediction_changed=predictions_changed(found, theirs.logits[needed]), logits=logits,
         labels=np.asarray([int(rows.labels[p]) for p in positions], dtype=np.int64))
     return finding, checked, differences
+
+
+def recorded_batches(cluster: dict[str, Any] | None, ran: dict[str, list[int]]) -> dict[str, Any] | None:
+    """A sharded engine's record with each worker's batches renamed from their place in the plan it
+    was given (pool -> position in `ran[pool]`) to the bundle's recorded batch numbers."""
+    if cluster is None:
+        return None
+    workers = [{**w, "batches": {pool: sorted(ran[pool][i] for i in bs) for pool, bs in w["batches"].items()}}
+               for w in cluster["workers"]]
+    return {**cluster, "workers": workers}
 
 
 def rerun(bundle: VerifiedBundle, protocol: Protocol, resources: Resources, sample: dict[str, list[int]] | None,
@@ -228,16 +243,18 @@ def rerun(bundle: VerifiedBundle, protocol: Protocol, resources: Resources, samp
         count(input_differences(name, list(range(len(positions))), _recorded_inputs(theirs),
                                 _derived_inputs(rows, positions)))
     results: dict[str, PoolFinding] = {}
+    ran: dict[str, list[int]] = {}
     temperature_sha256 = bundle.sha256(layout.TEMPERATURE_JSON)
     with open_engine(shard, bundle.protocol_raw, bundle.json(layout.RESOURCES_JSON), resources, s) as engine:
         for name in POOLS:
-            batches = sorted(recorded[name].batches()) if sample is None else sample[name]
+            batches = ran[name] = sorted(recorded[name].batches()) if sample is None else sample[name]
             results[name], counted, differ = _rerun_pool(engine, s, protocol.label_map, rows, pools[name].positions,
                                                          recorded[name], batches, progress, temperature_sha256)
             count((counted, differ))
+        cluster = recorded_batches(engine.cluster(), ran)
     order_of = {f: i for i, f in enumerate(INPUT_FIELDS)}
     differences.sort(key=lambda d: (POOLS.index(d.pool), order_of[d.field]))
-    return Finding(results, {f: checked[f] for f in INPUT_FIELDS if f in checked}, differences)
+    return Finding(results, {f: checked[f] for f in INPUT_FIELDS if f in checked}, differences, cluster)
 
 
 def first_differences(finding: Finding, recorded_idx: dict[str, list[int]]) -> list[dict[str, Any]]:
@@ -286,12 +303,26 @@ def figures(bundle: VerifiedBundle, protocol: Protocol, finding: Finding) -> dic
                       {n: finding.pools[n].labels for n in POOLS})
 
 
+def batch_kinds(finding: Finding, signer_environment: dict[str, Any], reproducer_arithmetic: dict[str, Any],
+                tolerance: float) -> dict[str, Any]:
+    """The predicate's `batch_kinds`: each pool's re-run batches grouped by the CPU kind that signed
+    them and the one that re-ran them (job.batch_kinds), and the reproducer's workers when sharded."""
+    signer = Side(signer_environment.get("cluster"), signer_environment.get("arithmetic"))
+    reproducer = Side(finding.cluster, reproducer_arithmetic)
+    found = [groups(n, f.row_batches, RowComparison(f.identical, f.ulps, f.abs), f.prediction_changed, signer,
+                    reproducer, tolerance)
+             for n, f in finding.pools.items()]
+    return {"groups": [g for pool in found for g in pool], "workers": reproducer_workers(finding.cluster)}
+
+
 def predicate(options: ReproduceOptions, protocol: Protocol, resources: Resources, finding: Finding,
               recorded_idx: dict[str, list[int]], reproducer: str, changed: dict[str, Any] | None,
-              signer_arithmetic: dict[str, Any] | None) -> dict[str, Any]:
-    """The reproduction predicate (schemas/reproduction.schema.json $defs.predicate)."""
+              signer_environment: dict[str, Any]) -> dict[str, Any]:
+    """The reproduction predicate (schemas/reproduction.schema.json $defs.predicate); `signer_environment`
+    is the bundle's environment.json (its arithmetic and, for a sharded run, its cluster)."""
     tolerance, source = protocol.logit_tolerance
     sampled = options.sample is not None
+    env = environment()
     verdict = grade(finding.same == finding.rows, finding.largest_abs, tolerance, finding.predictions_changed,
                     bool(finding.input_differences))
     return {
@@ -315,8 +346,9 @@ def predicate(options: ReproduceOptions, protocol: Protocol, resources: Resource
         "sample": ({"n": options.sample, "seed": options.seed, "generator": layout.REPRODUCTION_GENERATOR,
                     "draw": layout.REPRODUCTION_BATCH_DRAW,
                     "batches": {n: finding.pools[n].batches for n in POOLS}} if sampled else None),
-        "environment": environment(),
-        "signer_arithmetic": signer_arithmetic,
+        "environment": env,
+        "signer_arithmetic": signer_environment.get("arithmetic"),
+        "batch_kinds": batch_kinds(finding, signer_environment, env["arithmetic"], tolerance),
         "reproducer_fingerprint": reproducer,
     }
 
@@ -345,7 +377,7 @@ def reproduce(options: ReproduceOptions, resolve: Callable[[Protocol], Resources
     finding = rerun(bundle, protocol, resources, sample, options.progress, options.shard)
     changed = figures(bundle, protocol, finding) if sample is None else None
     recorded_idx = {n: bundle.pool(n).idx.tolist() for n in POOLS}
-    signer = bundle.json(layout.ENVIRONMENT_JSON).get("arithmetic")
+    signer = bundle.json(layout.ENVIRONMENT_JSON)
     doc = predicate(options, protocol, resources, finding, recorded_idx, fingerprint(key), changed, signer)
     statement = build_reproduction_statement(
         bundle.statement_sha256, {layout.PREDICTIONS[n]: bundle.sha256(layout.PREDICTIONS[n]) for n in POOLS}, doc)
@@ -357,6 +389,10 @@ def reproduce(options: ReproduceOptions, resolve: Callable[[Protocol], Resources
 def _where(doc: dict[str, Any]) -> str:
     """"on the signer's arithmetic" or "on another CPU" (or another code path), with both named."""
     signer, mine = doc["signer_arithmetic"], doc["environment"]["arithmetic"]
+    signed_kinds = {g["signed_on"] for g in doc["batch_kinds"]["groups"]}
+    if len(signed_kinds) > 1:
+        return (f"signed on {len(signed_kinds)} CPU kinds (MIXED), reproduced on {short(mine)}; judged batch by "
+                "batch against each batch's recorded kind:")
     if signer is None:
         return f"reproduced on {short(mine)} (the bundle does not name its arithmetic)"
     if same_arithmetic(signer, mine):
@@ -384,7 +420,17 @@ def summary(doc: dict[str, Any], out: Path) -> str:
                 f"(largest {short_number(worst['abs'])}, {worst['ulps']} ulps), predictions unchanged; {fig_words}")
     else:
         head = f"MISMATCH: {'; '.join(mismatch_reasons(doc))}; {fig_words}"
-    return f"{head}\n{_where(doc)}\nattestation written to {out}"
+    return "\n".join([head, _where(doc), *_kind_lines(doc), f"attestation written to {out}"])
+
+
+def _kind_lines(doc: dict[str, Any]) -> list[str]:
+    """The batch-kind groups, one line each, when the batches ran on more than one pair of kinds
+    or a same-kind group is not bit-identical (otherwise the line above says it all)."""
+    found = doc["batch_kinds"]["groups"]
+    pairs = {(g["signed_on"], g["rerun_on"]) for g in found}
+    if len(pairs) < 2 and not any(suspicious(g) for g in found):
+        return []
+    return [f"  {group_words(g)}" for g in found]
 
 
 def mismatch_reasons(doc: dict[str, Any]) -> list[str]:

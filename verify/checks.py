@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from verify import (
     bag,
+    batch_kinds,
     bootstrap,
     claims,
     compat,
@@ -183,6 +184,8 @@ CONTENT: tuple[Entry | Group, ...] = (
         Entry("reproduction.{n}.subjects", "attestation {n} is about this bundle", reproduction.subjects),
         Entry("reproduction.{n}.reproduced", "attestation {n} is bit-identical or equivalent",
               reproduction.reproduced),
+        Entry("reproduction.{n}.batch-kinds", "attestation {n}'s batches grouped by CPU kind, signed and re-run",
+              batch_kinds.grouped),
     ), when=reproduction.wanted, each=reproduction.each_attestation),
 )
 """What the payload says, checked only once the bag is authenticated."""

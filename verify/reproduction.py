@@ -237,6 +237,12 @@ def _cpus(ctx: Context, p: dict[str, Any]) -> tuple[str, bool | None]:
     env = ctx.docs.get(layout.ENVIRONMENT_JSON) or {}
     signer = env.get("arithmetic")
     mine = p["environment"].get("arithmetic")
+    cluster = env.get("cluster")
+    kinds = {w["cpu_kind"] for w in cluster["workers"] if any(w["batches"].values())} if cluster else set()
+    if len(kinds) > 1:  # no one kind signed the logits: each batch is judged against its own
+        here = arithmetic_words(mine) if mine else p["environment"]["cpu_model"]
+        return (f"signed on {len(kinds)} CPU kinds (MIXED; each batch judged against its own kind in the "
+                f"batch-kinds check), reproduced on {here}"), None
     words = (f"signed on {arithmetic_words(signer) if signer else env.get('cpu_model') or 'an unrecorded CPU'}, "
              f"reproduced on {arithmetic_words(mine) if mine else p['environment']['cpu_model']}")
     if not signer or not mine:
@@ -353,9 +359,11 @@ def _phrase(v: dict[str, Any]) -> str:
         return f"bit for bit ({mode})"
     where = "on another CPU" if v["other_cpu"] else "on the same kind of CPU" if v["other_cpu"] is False else ""
     figures = v["figures"]
+    flagged = (f"; {v['suspicious']} batch group(s) re-run on the kind that signed them NOT bit-identical"
+               if v.get("suspicious") else "")
     return (f"equivalent {where}: every logit within {short_number(v['tolerance'])} "
             f"(largest {short_number(v['largest'])}), "
-            f"predictions unchanged, {figures} ({mode})").replace("equivalent :", "equivalent:")
+            f"predictions unchanged, {figures} ({mode}){flagged}").replace("equivalent :", "equivalent:")
 
 
 def assurance(ctx: Context, code: int) -> str:

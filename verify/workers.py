@@ -49,7 +49,7 @@ def check_batch_owners(cluster: dict[str, Any], batches: dict[str, set[int]]) ->
     kinds = {w["cpu_kind"] for w in ran}
     total = sum(len(b) for b in batches.values())
     return (f"{total} batches, each on exactly one of {len(ran)} workers on {len({w['node_id'] for w in ran})} "
-            f"machines, {len(kinds)} CPU kind(s)")
+            f"machines, {len(kinds)} CPU kind(s){', MIXED' if len(kinds) > 1 else ''}")
 
 
 def batch_owners(ctx: Context) -> str:

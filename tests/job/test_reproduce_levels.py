@@ -29,6 +29,7 @@ import pytest
 
 from bundle.attestation import attestation_bytes
 from bundle.keys import fingerprint, generate, load_private_key
+from job.batch_kinds import kind_of
 from job.cli import main as job_main
 from job.logit_compare import grade, short_number
 from job.predictions import PoolOutput
@@ -306,6 +307,11 @@ def _equivalent(p: dict[str, Any]) -> None:
                                 {"pool": "audit", "idx": 2, "ulps": 1, "abs": 6e-8}])
     p["rows"].update(identical=p["rows"]["compared"] - 2)
     p["environment"]["arithmetic"] = {**p["environment"]["arithmetic"], "aten_capability": "AVX2"}
+    elsewhere = kind_of(p["environment"]["arithmetic"])
+    for g in p["batch_kinds"]["groups"]:  # every batch now re-run on that other kind
+        g.update(rerun_on=elsewhere, same_kind=False)
+    first = next(g for g in p["batch_kinds"]["groups"] if g["pool"] == "audit")  # holds the two rows, say
+    first.update(identical=first["rows"] - 2, largest_difference=p["largest_difference"], level="equivalent")
 
 
 def test_equivalent_passes_and_says_so_unless_bit_identity_is_required(
@@ -334,7 +340,7 @@ def test_an_attestation_from_before_the_graded_verdict_cannot_vouch_for_a_format
     """Its job never re-derived labels, so a label lie would pass it; format-1 bundles, which such
     attestations were written for, still read it (verify.reproduction._consistent)."""
     def earlier(p: dict[str, Any]) -> None:
-        for key in ("tolerance", "inputs", "figures", "signer_arithmetic"):
+        for key in ("tolerance", "inputs", "figures", "signer_arithmetic", "batch_kinds"):
             del p[key]
         for key in ("within_tolerance", "predictions_changed"):
             del p["rows"][key]

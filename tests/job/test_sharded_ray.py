@@ -163,9 +163,17 @@ def test_sharded_reproduce_gives_the_single_process_verdict(
                       str(LOCK))
     assert rc_here == 0 and facts["rc"] == 0, facts["log"]
     found = [_predicate(path) for path in (here, there)]
-    assert [p["verdict"] for p in found] == ["reproduced", "reproduced"]
+    assert [p["verdict"] for p in found] == ["bit-identical", "bit-identical"]
     assert found[0]["rows"] == found[1]["rows"] and found[0]["rows"]["compared"] > 0
     assert len({r["pid"] for r in facts["receipts"]}) == 2  # both workers re-ran batches
+    # the attestation names the workers that re-ran each recorded batch, and judges each batch
+    # against the kind that signed it: here one kind on both sides, every group bit-identical
+    assert found[0]["batch_kinds"]["workers"] is None
+    workers = found[1]["batch_kinds"]["workers"]
+    for pool in ("calibration", "audit"):
+        ran = sorted(b for w in workers for b in w["batches"].get(pool, []))
+        assert ran == _batches(single, pool)
+    assert all(g["same_kind"] and g["level"] == "bit-identical" for g in found[1]["batch_kinds"]["groups"])
 
 
 @standin
