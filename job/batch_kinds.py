@@ -21,7 +21,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from job.arithmetic import same_arithmetic
-from job.logit_compare import RowComparison, grade, short_number
+from job.logit_compare import RowComparison, grade
 
 UNRECORDED = "unrecorded"
 """The kind of a batch whose bundle names no arithmetic at all."""
@@ -95,29 +95,6 @@ def groups(pool: str, row_batches: NDArray[np.int64], compared: RowComparison, p
     return out
 
 
-def suspicious(group: Mapping[str, Any]) -> bool:
-    """A group re-run on the kind it was signed on whose logits are not all bit-identical."""
-    return bool(group["same_kind"]) and group["level"] != "bit-identical"
-
-
-def _short_kind(kind: str) -> str:
-    """"AuthenticAMD | AMD EPYC 9B14 | AVX512" -> "AMD EPYC 9B14 AVX512" (vendor id left out)."""
-    parts = [p.strip() for p in kind.split("|")]
-    return " ".join(parts[1:]) if len(parts) == 3 else kind
-
-
-def group_words(group: Mapping[str, Any]) -> str:
-    """One group in words: "batches signed on X and re-run on the same kind: bit-identical (24)"."""
-    n = len(group["batches"])
-    if group["same_kind"]:
-        where = f"signed on {_short_kind(group['signed_on'])} and re-run on the same kind"
-    else:
-        where = f"signed on {_short_kind(group['signed_on'])}, re-run on {_short_kind(group['rerun_on'])}"
-    count = f"{n} {group['pool']} batch{'es' * (n != 1)}, {group['rows']} rows"
-    if group["level"] != "bit-identical":
-        count += f", largest {short_number(group['largest_difference']['abs'])}"
-    flag = "; SUSPICIOUS: not bit-identical on the kind that signed it" if suspicious(group) else ""
-    return f"{where}: {group['level']} ({count}){flag}"
 
 
 def reproducer_workers(cluster: Mapping[str, Any] | None) -> list[dict[str, Any]] | None:
@@ -127,4 +104,3 @@ def reproducer_workers(cluster: Mapping[str, Any] | None) -> list[dict[str, Any]
         return None
     keep = ("id", "hostname", "node_id", "cpu", "cpu_kind", "threads", "died")
     return [{k: w[k] for k in keep if k in w} | {"batches": w["batches"]} for w in cluster["workers"]]
-

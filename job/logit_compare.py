@@ -63,11 +63,3 @@ def grade(identical: bool, largest_abs: float, tolerance: float, predictions_cha
     if largest_abs <= tolerance and predictions_changed == 0:
         return "equivalent"
     return "mismatch"
-
-
-def short_number(x: float) -> str:
-    """A difference or tolerance as people write it: 1e-4, 5.1e-6, 0.75 (two significant digits)."""
-    if x == 0 or 1e-3 <= abs(x) < 1e4:
-        return format(x, ".2g")
-    mantissa, exponent = format(x, ".1e").split("e")
-    return f"{mantissa.removesuffix('.0')}e{int(exponent)}"

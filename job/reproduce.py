@@ -26,13 +26,14 @@ from numpy.typing import NDArray
 from bundle import layout
 from bundle.attestation import attestation_bytes, build_reproduction_statement, write_attestation
 from bundle.keys import fingerprint, load_private_key
+from bundle.views.arithmetic import group_words, short_number, suspicious
 from job.arithmetic import arithmetic_record, same_arithmetic, short
-from job.batch_kinds import Side, group_words, groups, reproducer_workers, suspicious
+from job.batch_kinds import Side, groups, reproducer_workers
 from job.batching import Tokenized
 from job.dataset import Rows, load_rows
 from job.environment import cpu_model, git_commit
 from job.errors import JobError
-from job.logit_compare import RowComparison, compare_rows, grade, predictions_changed, short_number
+from job.logit_compare import RowComparison, compare_rows, grade, predictions_changed
 from job.protocol import Protocol
 from job.reproduced_figures import TABLE_INPUTS, recomputed_changes
 from job.resources import Resources

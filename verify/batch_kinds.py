@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 
 from bundle import layout
+from bundle.views.arithmetic import group_words, suspicious
 from verify.context import Context
-from verify.reproduction import SAME_ARITHMETIC, short_number
+from verify.reproduction import SAME_ARITHMETIC
 from verify.result import Failed
 
 UNRECORDED = "unrecorded"
@@ -47,28 +48,6 @@ def _level(group: Mapping[str, Any], tolerance: float) -> str:
     return "mismatch"
 
 
-def suspicious(group: Mapping[str, Any]) -> bool:
-    """A group re-run on the kind that signed it whose logits are not all bit-identical."""
-    return bool(group["same_kind"]) and group["level"] != "bit-identical"
-
-
-def _short_kind(kind: str) -> str:
-    parts = [p.strip() for p in kind.split("|")]
-    return " ".join(parts[1:]) if len(parts) == 3 else kind
-
-
-def group_words(group: Mapping[str, Any]) -> str:
-    """One group in words: "signed on X and re-run on the same kind: bit-identical (24 audit batches, 760 rows)"."""
-    n = len(group["batches"])
-    if group["same_kind"]:
-        where = f"signed on {_short_kind(group['signed_on'])} and re-run on the same kind"
-    else:
-        where = f"signed on {_short_kind(group['signed_on'])}, re-run on {_short_kind(group['rerun_on'])}"
-    count = f"{n} {group['pool']} batch{'es' * (n != 1)}, {group['rows']} rows"
-    if group["level"] != "bit-identical":
-        count += f", largest {short_number(group['largest_difference']['abs'])}"
-    flag = "; SUSPICIOUS: not bit-identical on the kind that signed it" if suspicious(group) else ""
-    return f"{where}: {group['level']} ({count}){flag}"
 
 
 def _rerun_batches(ctx: Context, p: Mapping[str, Any], pool: str) -> set[int]:

@@ -21,7 +21,7 @@ from bundle import layout
 from bundle.canonical import loads_strict
 from bundle.errors import CanonicalJSONError
 from bundle.keys import fingerprint
-from bundle.views.arithmetic import arithmetic_words
+from bundle.views.arithmetic import arithmetic_words, short_number
 from verify import compat, limits, schemacheck, signature
 from verify.context import Attestation, Context
 from verify.result import EXIT_OK, EXIT_UNTRUSTED, Failed
@@ -219,14 +219,6 @@ def tolerance(ctx: Context) -> tuple[float, str]:
     if section is None:
         return layout.DEFAULT_LOGIT_TOLERANCE, "format default"
     return float(section["logit_tolerance"]), "protocol"
-
-
-def short_number(x: float) -> str:
-    """A difference or tolerance as people write it: 1e-4, 5.1e-6, 0.75 (two significant digits)."""
-    if x == 0 or 1e-3 <= abs(x) < 1e4:
-        return format(x, ".2g")
-    mantissa, exponent = format(x, ".1e").split("e")
-    return f"{mantissa.removesuffix('.0')}e{int(exponent)}"
 
 
 SAME_ARITHMETIC = ("cpu_vendor", "cpu_model", "aten_capability", "onednn_isa", "mkl")

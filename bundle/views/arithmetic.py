@@ -1,8 +1,10 @@
-"""How an arithmetic record (data/environment.json `arithmetic`, an attestation's
-`environment.arithmetic`) is named in words, the same by the job and by the verifier."""
+"""How a reproduction's arithmetic is put in words, the same by the job and by the verifier: an
+arithmetic record (data/environment.json `arithmetic`, an attestation's `environment.arithmetic`),
+a difference or tolerance, and a group of batches judged by the CPU kinds that signed and re-ran it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -20,3 +22,38 @@ def arithmetic_words(record: dict[str, Any] | None) -> str:
     if isinstance(mkl, dict) and mkl.get("path"):
         parts.append(f"MKL for {mkl['path']}")
     return ", ".join(parts)
+
+
+def short_number(x: float) -> str:
+    """A difference or tolerance as people write it: 1e-4, 5.1e-6, 0.75 (two significant digits)."""
+    if x == 0 or 1e-3 <= abs(x) < 1e4:
+        return format(x, ".2g")
+    mantissa, exponent = format(x, ".1e").split("e")
+    return f"{mantissa.removesuffix('.0')}e{int(exponent)}"
+
+
+def suspicious(group: Mapping[str, Any]) -> bool:
+    """A reproduction's batch group (an attestation's `batch_kinds`) re-run on the CPU kind that
+    signed it whose logits are not all bit-identical."""
+    return bool(group["same_kind"]) and group["level"] != "bit-identical"
+
+
+def _short_kind(kind: str) -> str:
+    """"AuthenticAMD | AMD EPYC 9B14 | AVX512" -> "AMD EPYC 9B14 AVX512" (vendor id left out)."""
+    parts = [p.strip() for p in kind.split("|")]
+    return " ".join(parts[1:]) if len(parts) == 3 else kind
+
+
+def group_words(group: Mapping[str, Any]) -> str:
+    """One batch group in words: "signed on X and re-run on the same kind: bit-identical (24 audit
+    batches, 760 rows)", flagged when suspicious."""
+    n = len(group["batches"])
+    if group["same_kind"]:
+        where = f"signed on {_short_kind(group['signed_on'])} and re-run on the same kind"
+    else:
+        where = f"signed on {_short_kind(group['signed_on'])}, re-run on {_short_kind(group['rerun_on'])}"
+    count = f"{n} {group['pool']} batch{'es' * (n != 1)}, {group['rows']} rows"
+    if group["level"] != "bit-identical":
+        count += f", largest {short_number(group['largest_difference']['abs'])}"
+    flag = "; SUSPICIOUS: not bit-identical on the kind that signed it" if suspicious(group) else ""
+    return f"{where}: {group['level']} ({count}){flag}"

@@ -29,9 +29,10 @@ import pytest
 
 from bundle.attestation import attestation_bytes
 from bundle.keys import fingerprint, generate, load_private_key
+from bundle.views.arithmetic import short_number
 from job.batch_kinds import kind_of
 from job.cli import main as job_main
-from job.logit_compare import grade, short_number
+from job.logit_compare import grade
 from job.predictions import PoolOutput
 from job.spot_sample import draw_batches
 from tests.factory import REPO, make_world
