@@ -193,7 +193,10 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
     art = Artifacts(data_dir)
     clock = StageClock()
     stages: list[dict[str, Any]] = []
-    s = Settings.from_protocol(protocol.inference, threads)
+    # On a cluster the workers run the model, each with --worker-cpus threads: that is the run's
+    # thread count (environment.json `threads`, checked against the torch the workers report).
+    s = Settings.from_protocol(protocol.inference, shard.worker_cpus if shard is not None and
+                               shard.worker_cpus is not None else threads)
     cal_pred, audit_pred = layout.PREDICTIONS[CAL], layout.PREDICTIONS[AUDIT]
     arrow_pool = use_system_arrow_pool()  # before the first table is read
     with PeakRss() as rss, contextlib.ExitStack() as stack:
