@@ -5,7 +5,6 @@ This module writes attestations; verify/reproduction.py is their reader."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,7 +16,7 @@ from bundle import layout
 from bundle.canonical import dumps
 from bundle.dsse import sign_envelope
 from bundle.errors import BundleError, OutputExistsError
-from bundle.publish import rename_noreplace
+from bundle.publish import write_atomic
 from bundle.schemas import validate
 from bundle.statement import statement_bytes
 
@@ -47,25 +46,17 @@ def write_attestation(path: Path, data: bytes) -> None:
     """Write `data` at `path` all at once or not at all, never over an existing file.
 
     The bytes go to a hidden temporary file in the same folder, are flushed to disk, and are then
-    renamed into place with bundle.publish.rename_noreplace, the same no-replace rename that
-    publishes a bag (it fails when `path` exists, so nothing is overwritten even in a race)."""
+    renamed into place by bundle.publish.write_atomic with rename_noreplace, the same no-replace
+    rename that publishes a bag (it fails when `path` exists, so nothing is overwritten even in a race)."""
     path = Path(path)
     if os.path.lexists(path):
         raise OutputExistsError(f"{path} already exists and attestations are never overwritten; choose "
                                 "another --out.")
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "xb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        rename_noreplace(tmp, path)
+        write_atomic(path, data, replace=False)
     except FileExistsError as exc:
         raise OutputExistsError(f"{path} appeared while the attestation was written; choose another "
                                 "--out.") from exc
     except OSError as exc:
         raise BundleError(f"Cannot write the attestation {path} ({exc.strerror}); check free space and "
                           "permissions there (no attestation was written).") from exc
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink()

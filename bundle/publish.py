@@ -105,6 +105,25 @@ def rename_noreplace(src: Path, dst: Path) -> None:
     os.rename(src, dst)
 
 
+def write_atomic(path: Path, data: bytes, *, replace: bool) -> None:
+    """Write `data` at `path` all at once or not at all: into a hidden sibling
+    (`.NAME.partial-PID-HEX`), flushed to disk, then renamed into place, over an existing file when
+    `replace`, else with rename_noreplace (FileExistsError when `path` exists). The sibling is
+    removed on any failure; the folder must exist."""
+    partial = path.with_name(f".{path.name}.partial-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        with open(partial, "xb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if replace:
+            os.replace(partial, path)
+        else:
+            rename_noreplace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
 def publish(staging: Path, out: Path) -> Path:
     """fsync everything under staging, then rename it to `out`; never replace an existing path."""
     out = Path(os.path.abspath(out))

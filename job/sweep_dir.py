@@ -15,8 +15,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
-import secrets
 import shutil
 from pathlib import Path
 from typing import Any
@@ -24,27 +22,11 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle import layout
-from bundle.publish import cleanup_stale_partials, publish, rename_noreplace, staging_dir
+from bundle.publish import cleanup_stale_partials, publish, staging_dir, write_atomic
 from bundle.sweep import index_statement, plan_statement, signed_record
 from bundle.views.sweep import render_sweep_views
 from job.errors import JobError
 from job.sweep_spec import Member, Sweep
-
-
-def _write_atomic(path: Path, data: bytes, *, replace: bool) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial-{os.getpid()}-{secrets.token_hex(4)}")
-    try:
-        with open(partial, "xb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if replace:
-            os.replace(partial, path)
-        else:
-            rename_noreplace(partial, path)
-    finally:
-        partial.unlink(missing_ok=True)
 
 
 def statement_sha256(envelope_bytes: bytes) -> str:
@@ -78,8 +60,9 @@ def open_sweep_dir(out: Path, sweep: Sweep, key: Ed25519PrivateKey) -> str:
     elif out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise JobError(f"{out} exists and is not a sweep directory; choose a new --out or remove it.")
     else:
-        _write_atomic(sweep_file, sweep.raw, replace=False)
-    _write_atomic(plan_file, envelope, replace=False)
+        out.mkdir(parents=True, exist_ok=True)
+        write_atomic(sweep_file, sweep.raw, replace=False)
+    write_atomic(plan_file, envelope, replace=False)
     (out / layout.SWEEP_MEMBERS).mkdir(exist_ok=True)
     return plan_sha256
 
@@ -174,5 +157,6 @@ def write_index(out: Path, plan_sha256: str, rows: list[dict[str, Any]], key: Ed
     envelope, _digest = signed_record(statement, key)
     plan = json.loads(base64.b64decode(json.loads((out / layout.SWEEP_PLAN).read_bytes())["payload"]))
     for rel, data in render_sweep_views(plan["predicate"], statement["predicate"]).items():
-        _write_atomic(out / rel, data, replace=True)
-    _write_atomic(out / layout.SWEEP_INDEX, envelope, replace=True)
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(out / rel, data, replace=True)
+    write_atomic(out / layout.SWEEP_INDEX, envelope, replace=True)
