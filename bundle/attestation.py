@@ -13,8 +13,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle import layout
-from bundle.canonical import dumps
-from bundle.dsse import sign_envelope
+from bundle.dsse import Envelope
 from bundle.errors import BundleError, OutputExistsError
 from bundle.publish import write_atomic
 from bundle.schemas import validate
@@ -38,8 +37,8 @@ def build_reproduction_statement(statement_sha256: str, predictions: Mapping[str
 
 def attestation_bytes(statement: Mapping[str, Any], private_key: Ed25519PrivateKey) -> bytes:
     """The canonical JSON of a DSSE envelope over the statement, signed like a bundle's (keyid = fingerprint)."""
-    envelope = sign_envelope(statement_bytes(statement), layout.PAYLOAD_TYPE, private_key)
-    return dumps(envelope, source="The reproduction attestation")
+    envelope = Envelope(statement_bytes(statement), layout.PAYLOAD_TYPE).sign(private_key)
+    return envelope.to_json(source="The reproduction attestation")
 
 
 def write_attestation(path: Path, data: bytes) -> None:

@@ -20,9 +20,9 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle import layout
-from bundle.canonical import dumps, loads_strict, require_canonical
+from bundle.canonical import loads_strict, require_canonical
 from bundle.digests import file_digests, sha256_file
-from bundle.dsse import sign_envelope
+from bundle.dsse import Envelope
 from bundle.errors import BundleError
 from bundle.keys import fingerprint, public_key_pem
 from bundle.schemas import validate
@@ -225,8 +225,7 @@ def seal(
         full["schemas"] = schemas_map(paths)
         full["signer_fingerprint"] = signer
         statement = build_statement(sha256, full)
-        signed = sign_envelope(statement_bytes(statement), layout.PAYLOAD_TYPE, private_key)
-        envelope = dumps(signed, source=layout.PROVENANCE)
+        envelope = Envelope(statement_bytes(statement), layout.PAYLOAD_TYPE).sign(private_key).to_json()
 
     tags = {
         layout.BAGIT_TXT: layout.BAGIT_TXT_CONTENT.encode("utf-8"),

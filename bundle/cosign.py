@@ -12,29 +12,23 @@ its original signature by signer.pub.pem); `python -m verify` is the reader of t
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import os
-import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
-from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from bundle import layout
-from bundle.canonical import dumps, loads_strict
-from bundle.dsse import pae
-from bundle.errors import BundleError, CanonicalJSONError
+from bundle.dsse import Envelope
+from bundle.errors import BundleError, EnvelopeError
 from bundle.keys import fingerprint
 from bundle.schemas import validate
 
-_TAGMANIFEST = re.compile(r"tagmanifest-([A-Za-z0-9_-]+)\.txt")
 _REPO = Path(__file__).resolve().parent.parent
 VERIFY_TIMEOUT_S = 600
 
@@ -75,32 +69,26 @@ def cosign(bag: Path, private_key: Ed25519PrivateKey) -> str:
     bag = Path(bag)
     env_path = bag / layout.PROVENANCE
     envelope = _read_envelope(env_path)
-    payload = _b64decode(envelope["payload"], env_path)
-    message = pae(envelope["payloadType"], payload)
-    signatures = [_b64decode(s["sig"], env_path) for s in envelope["signatures"]]
-    original = _signer_key(bag)
-    if not any(_verifies(original, sig, message) for sig in signatures):
+    if envelope.signature_by(_signer_key(bag)) is None:
         raise BundleError(
             f"{env_path} holds no signature that verifies under {layout.SIGNER_PUB}; run "
             "`python -m verify` on the bundle and cosign only a bundle that verifies."
         )
     fp = fingerprint(private_key)
-    if any(_verifies(private_key.public_key(), sig, message) for sig in signatures):
+    if envelope.signature_by(private_key.public_key()) is not None:
         raise BundleError(f"The key {fp[:16]}… already signed {bag}; nothing to add.")
-    envelope["signatures"].append(
-        {"keyid": fp, "sig": base64.b64encode(private_key.sign(message)).decode("ascii")}
-    )
-    validate(envelope, "envelope", source=layout.PROVENANCE)
-    data = dumps(envelope, source=layout.PROVENANCE)
+    signed = envelope.sign(private_key)
+    validate(signed.to_dict(), "envelope", source=layout.PROVENANCE)
+    data = signed.to_json()
     _replace(env_path, data)
     for name in sorted(os.listdir(bag)):
-        match = _TAGMANIFEST.fullmatch(name)
-        if match is not None:
-            _update_tagmanifest(bag / name, match.group(1), data)
+        match = layout.MANIFEST_FILE_RE.fullmatch(name)
+        if match is not None and match.group(1):
+            _update_tagmanifest(bag / name, match.group(2), data)
     return fp
 
 
-def _read_envelope(path: Path) -> dict[str, Any]:
+def _read_envelope(path: Path) -> Envelope:
     try:
         raw = path.read_bytes()
     except FileNotFoundError as exc:
@@ -110,22 +98,16 @@ def _read_envelope(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise BundleError(f"Cannot read {path} ({exc.strerror}); pass a bundle folder.") from exc
     try:
-        envelope = loads_strict(raw, source=layout.PROVENANCE)
-        validate(envelope, "envelope", source=layout.PROVENANCE)
-    except CanonicalJSONError as exc:
-        raise BundleError(f"{path} is not a readable DSSE envelope ({exc}); re-create the "
+        envelope = Envelope.from_json(raw)
+        validate(envelope.to_dict(), "envelope", source=layout.PROVENANCE)
+    except EnvelopeError as exc:
+        what = "a readable DSSE envelope" if exc.field == "json" else "a DSSE envelope of this format"
+        raise BundleError(f"{path} is not {what} ({str(exc).rstrip('.')}); re-create the "
                           "bundle.") from exc
     except BundleError as exc:
         raise BundleError(f"{path} is not a DSSE envelope of this format ({exc}); re-create "
                           "the bundle.") from exc
-    return envelope  # type: ignore[no-any-return]
-
-
-def _b64decode(value: str, path: Path) -> bytes:
-    try:
-        return base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise BundleError(f"{path} holds invalid base64 ({exc}); re-create the bundle.") from exc
+    return envelope
 
 
 def _signer_key(bag: Path) -> Ed25519PublicKey:
@@ -141,28 +123,22 @@ def _signer_key(bag: Path) -> Ed25519PublicKey:
     return key
 
 
-def _verifies(key: Ed25519PublicKey, sig: bytes, message: bytes) -> bool:
-    try:
-        key.verify(sig, message)
-    except InvalidSignature:
-        return False
-    return True
-
-
 def _update_tagmanifest(path: Path, algorithm: str, envelope: bytes) -> None:
     """Rewrite the envelope's line of one tag manifest with its new digest; keep every other line
-    (and the manifest's own separator) as it is."""
+    (and the manifest's own separator) as it is. Lines are read with the format's definitions
+    (bundle.layout.TAG_FILE_EOL, MANIFEST_LINE_RE), the ones the verifier reads them with."""
     try:
         digest = hashlib.new(algorithm.lower().replace("-", ""), envelope).hexdigest()
     except ValueError:
         return  # an algorithm this Python lacks: nothing can update it, a verifier notes it
-    lines = path.read_bytes().decode("utf-8").splitlines()
+    lines = layout.TAG_FILE_EOL.split(path.read_bytes().decode("utf-8"))
+    if lines and lines[-1] == "":
+        lines.pop()
     out = []
     for line in lines:
-        parts = line.split(None, 1)
-        if len(parts) == 2 and parts[1] == layout.PROVENANCE:
-            sep = line[len(parts[0]):len(line) - len(parts[1])]
-            line = f"{digest}{sep}{layout.PROVENANCE}"
+        match = layout.MANIFEST_LINE_RE.fullmatch(line)
+        if match is not None and match.group(3) == layout.PROVENANCE:
+            line = f"{digest}{match.group(2)}{layout.PROVENANCE}"
         out.append(line)
     _replace(path, "".join(f"{line}\n" for line in out).encode("utf-8"))
 

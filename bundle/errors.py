@@ -25,3 +25,22 @@ class KeyFileError(BundleError):
 
 class OutputExistsError(BundleError):
     """The output path already exists; nothing is ever overwritten."""
+
+
+class EnvelopeError(BundleError):
+    """A DSSE envelope is not of this format's shape (fields, payload type, base64, count).
+
+    `field` names the part that is wrong ("payloadType", "signature 0", "payload", ...)."""
+
+    def __init__(self, message: str, /, *, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class SignatureThresholdError(EnvelopeError):
+    """Fewer distinct trusted keys signed an envelope than the threshold requires."""
+
+    def __init__(self, message: str, /, *, verified: int, threshold: int) -> None:
+        super().__init__(message, field="signatures")
+        self.verified = verified
+        self.threshold = threshold

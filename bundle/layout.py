@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -18,6 +19,13 @@ MANIFEST_SHA512: Final = "manifest-sha512.txt"
 PROVENANCE: Final = "provenance.intoto.json"
 SIGNER_PUB: Final = "signer.pub.pem"
 TAGMANIFEST_SHA256: Final = "tagmanifest-sha256.txt"
+MANIFEST_FILE_RE: Final = re.compile(r"(tag)?manifest-([A-Za-z0-9_-]+)\.txt")
+"""A (tag) manifest's file name: group 1 is "tag" for a tag manifest, group 2 the algorithm."""
+MANIFEST_LINE_RE: Final = re.compile(r"([0-9A-Fa-f]+)([ \t]+)(\S.*)")
+"""One (tag) manifest line as RFC 8493 writes it: digest (either hex case), the separator (one or
+more spaces or tabs), path; read with fullmatch."""
+TAG_FILE_EOL: Final = re.compile(r"\r\n|\r|\n")
+"""The line ends of a tag file RFC 8493 allows (LF, CR, CRLF), and no other."""
 
 TAG_FILES: Final = (
     BAGIT_TXT,

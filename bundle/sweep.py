@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle import layout
 from bundle.canonical import dumps
-from bundle.dsse import sign_envelope
+from bundle.dsse import Envelope
 from bundle.schemas import validate
 
 
@@ -50,5 +50,5 @@ def index_statement(plan_sha256: str, rows: Sequence[Mapping[str, Any]]) -> dict
 def signed_record(statement: Mapping[str, Any], private_key: Ed25519PrivateKey) -> tuple[bytes, str]:
     """(the DSSE envelope's canonical JSON bytes, sha256 of the signed statement bytes)."""
     payload = dumps(statement, source="The sweep statement")
-    envelope = sign_envelope(payload, layout.PAYLOAD_TYPE, private_key)
-    return dumps(envelope, source="The sweep envelope"), hashlib.sha256(payload).hexdigest()
+    envelope = Envelope(payload, layout.PAYLOAD_TYPE).sign(private_key)
+    return envelope.to_json(source="The sweep envelope"), hashlib.sha256(payload).hexdigest()

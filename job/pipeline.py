@@ -35,6 +35,7 @@ from job.runtime import Settings, release_free_heap, use_system_arrow_pool
 from job.split import Pool, make_pools
 from job.stability import stability_record
 from job.uncertainty import bootstrap_record
+from verify.predictions import PredictionsFile
 
 if TYPE_CHECKING:
     from job.sharded import ShardOptions
@@ -145,9 +146,7 @@ def trajectory_record(protocol: Protocol, fit: TemperatureFit) -> dict[str, Any]
 
 def truncation_of(path: Path, max_length: int) -> dict[str, int]:
     """The truncation summary of one predictions file (job.plausibility.truncation_summary)."""
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(path, columns=["full_token_count", "truncated"])
+    table = PredictionsFile(path, str(path)).read(["full_token_count", "truncated"])
     return truncation_summary(table.column("full_token_count").to_numpy().astype(np.int64),
                               table.column("truncated").to_numpy(zero_copy_only=False), max_length)
 

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
 from job.calibration import softmax
+from verify.predictions import PredictionsFile, logit_matrix
 
 
 @dataclass(frozen=True)
@@ -55,9 +56,9 @@ def write_predictions(table: pa.Table, path: Path) -> None:
 
 
 def read_logits(path: Path) -> tuple[NDArray[np.float32], NDArray[np.int64]]:
-    """Logits [n, K] float32 and labels from a predictions file (only those columns are read)."""
-    logit_names = [name for name in pq.read_schema(path).names if name.startswith("logit_")]
-    table = pq.read_table(path, columns=[*logit_names, "label"])
-    k = len(logit_names)
-    logits = np.stack([table.column(f"logit_{j}").to_numpy() for j in range(k)], axis=1)
+    """Logits [n, K] float32 and labels from a predictions file (only those columns are read),
+    through the format's one reader (verify.predictions.PredictionsFile)."""
+    source = PredictionsFile(path, str(path))
+    table = source.read([*source.logit_names, "label"])
+    logits = logit_matrix(table, len(source.logit_names))
     return logits.astype(np.float32), table.column("label").to_numpy().astype(np.int64)

@@ -12,7 +12,6 @@ all."""
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import shutil
@@ -22,6 +21,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle import layout
+from bundle.dsse import Envelope
 from bundle.publish import cleanup_stale_partials, publish, staging_dir, write_atomic
 from bundle.sweep import index_statement, plan_statement, signed_record
 from bundle.views.sweep import render_sweep_views
@@ -31,7 +31,7 @@ from job.sweep_spec import Member, Sweep
 
 def statement_sha256(envelope_bytes: bytes) -> str:
     """sha256 of the signed statement inside a DSSE envelope (its decoded payload)."""
-    return hashlib.sha256(base64.b64decode(json.loads(envelope_bytes)["payload"], validate=True)).hexdigest()
+    return hashlib.sha256(Envelope.from_json(envelope_bytes).payload).hexdigest()
 
 
 def plan_bytes(sweep: Sweep, key: Ed25519PrivateKey) -> tuple[bytes, str]:
@@ -155,7 +155,7 @@ def write_index(out: Path, plan_sha256: str, rows: list[dict[str, Any]], key: Ed
     """Sign the index over `rows` (plan order), then render the views from it; each file by rename."""
     statement = index_statement(plan_sha256, rows)
     envelope, _digest = signed_record(statement, key)
-    plan = json.loads(base64.b64decode(json.loads((out / layout.SWEEP_PLAN).read_bytes())["payload"]))
+    plan = json.loads(Envelope.from_json((out / layout.SWEEP_PLAN).read_bytes(), layout.SWEEP_PLAN).payload)
     for rel, data in render_sweep_views(plan["predicate"], statement["predicate"]).items():
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         write_atomic(out / rel, data, replace=True)

@@ -10,7 +10,6 @@ the done members in plan order, then taken in plan order."""
 
 from __future__ import annotations
 
-import base64
 import json
 import tempfile
 from dataclasses import dataclass
@@ -23,7 +22,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle import layout
 from bundle.attestation import write_attestation
-from bundle.errors import BundleError
+from bundle.dsse import Envelope
+from bundle.errors import BundleError, EnvelopeError
 from bundle.keys import load_private_key
 from job.errors import JobError
 from job.sweep_spec import absolute_lock
@@ -113,9 +113,9 @@ def _index_rows(sweep_dir: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise JobError(f"{sweep_dir} has no {layout.SWEEP_INDEX}: the sweep has not finished; run it to the end first.")
     try:
-        statement = json.loads(base64.b64decode(json.loads(path.read_bytes())["payload"]))
+        statement = json.loads(Envelope.from_json(path.read_bytes(), layout.SWEEP_INDEX).payload)
         return list(statement["predicate"]["members"])
-    except (ValueError, KeyError, TypeError) as exc:
+    except (EnvelopeError, ValueError, KeyError, TypeError) as exc:
         raise JobError(f"{path} is not a sweep index ({exc}); pass the directory `python -m job sweep` wrote.") from exc
 
 
@@ -136,7 +136,8 @@ def reproduce_sweep(options: SweepReproduceOptions) -> int:
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                             serialization.NoEncryption())
     lock = absolute_lock(options.resources) if options.resources is not None else None
-    plan = json.loads(base64.b64decode(json.loads((options.sweep_dir / layout.SWEEP_PLAN).read_bytes())["payload"]))
+    plan_file = options.sweep_dir / layout.SWEEP_PLAN
+    plan = json.loads(Envelope.from_json(plan_file.read_bytes(), layout.SWEEP_PLAN).payload)
     pins = {m["name"]: m["resources"] for m in plan["predicate"]["members"]}
     options.out.mkdir(parents=True)
     failed = 0

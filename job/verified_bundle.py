@@ -1,25 +1,22 @@
 """A bundle handed to `reproduce`: read into memory once, checked by the torch-free verifier, then
-read from those very bytes (nothing on disk is read twice, and the bundle is never changed)."""
+used as the verifier read it (nothing on disk is read twice, no format is parsed a second time,
+and the bundle is never changed)."""
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import io
-import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
 from bundle import layout
 from job.errors import JobError
 from verify import extract
-from verify.checks import verify_tree
+from verify.checks import Verification, verify_tree
 from verify.context import Trust
 from verify.result import EXIT_OK, EXIT_UNTRUSTED, SIGNER_CHECK, Failed, InputError, exit_code
 from verify.tree import BagTree, read_tree
@@ -52,14 +49,21 @@ class RecordedPool:
 
 @dataclass(frozen=True)
 class VerifiedBundle:
-    """The files of a bundle that passed verification (integrity; the signer is not judged here)."""
+    """A bundle that passed verification (integrity; the signer is not judged here), read through
+    the verifier: its documents, predictions and envelope are the verifier's parse of them, so
+    this module reads no file format of its own."""
 
     source: Path
     tree: BagTree
-    signer_fingerprint: str
+    verification: Verification
+
+    @property
+    def signer_fingerprint(self) -> str:
+        return self.verification.signer_fingerprint or ""
 
     def json(self, path: str) -> Any:
-        return json.loads(self.tree.files[path])
+        """A JSON payload file as the verifier parsed and validated it."""
+        return self.verification.documents[path]
 
     @property
     def protocol_raw(self) -> bytes:
@@ -68,28 +72,28 @@ class VerifiedBundle:
     @property
     def statement_sha256(self) -> str:
         """sha256 of the signed statement: the exact payload bytes of the bundle's DSSE envelope."""
-        envelope = self.json(layout.PROVENANCE)
-        return hashlib.sha256(base64.b64decode(envelope["payload"], validate=True)).hexdigest()
+        envelope = self.verification.envelope
+        assert envelope is not None, "a verified bundle has an envelope"
+        return hashlib.sha256(envelope.payload).hexdigest()
 
     def sha256(self, path: str) -> str:
         return self.tree.sha256(path)
 
     def pool(self, name: str) -> RecordedPool:
-        table = pq.read_table(io.BytesIO(self.tree.files[layout.PREDICTIONS[name]]))
-        k = sum(1 for c in table.column_names if c.startswith("logit_"))
-        logits = np.stack([table.column(f"logit_{j}").to_numpy() for j in range(k)], axis=1)
+        """One pool's predictions as the verifier read them (columns, types and ranges checked)."""
+        data = self.verification.pools[name]
         return RecordedPool(
             name=name,
-            idx=table.column("idx").to_numpy().astype(np.int64),
-            split_key=tuple(table.column("split_key").to_pylist()),
-            text_sha256=tuple(table.column("text_sha256").to_pylist()),
-            logits=np.ascontiguousarray(logits, dtype=np.float32),
-            token_count=table.column("token_count").to_numpy().astype(np.int64),
-            batch=table.column("batch").to_numpy().astype(np.int64),
-            label=table.column("label").to_numpy().astype(np.int64),
-            truncated=np.asarray(table.column("truncated").to_numpy(zero_copy_only=False), dtype=np.bool_),
-            full_token_count=(table.column("full_token_count").to_numpy().astype(np.int64)
-                              if "full_token_count" in table.column_names else None),
+            idx=np.asarray(data.idx, dtype=np.int64),
+            split_key=tuple(data.split_key),
+            text_sha256=tuple(data.text_sha256),
+            logits=np.ascontiguousarray(data.z32, dtype=np.float32),
+            token_count=np.asarray(data.token_count, dtype=np.int64),
+            batch=np.asarray(data.batch, dtype=np.int64),
+            label=np.asarray(data.y, dtype=np.int64),
+            truncated=np.asarray(data.truncated, dtype=np.bool_),
+            full_token_count=(None if data.full_token_count is None
+                              else np.asarray(data.full_token_count, dtype=np.int64)),
         )
 
 
@@ -121,5 +125,5 @@ def load_verified(path: Path) -> VerifiedBundle:
         why = f"{bad.id}: {bad.detail}" if bad is not None else "no valid signature"
         raise JobError(f"The bundle {path} fails verification ({why.rstrip('.')}), so there is nothing "
                        f"to reproduce; run `python -m verify {path}` for the full report.")
-    return VerifiedBundle(path, tree, result.signer_fingerprint)
+    return VerifiedBundle(path, tree, result)
 

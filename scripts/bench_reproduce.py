@@ -22,7 +22,6 @@ then the pre-registered tolerance and its margins to both. Not a test: timings d
 from __future__ import annotations
 
 import argparse
-import base64
 import dataclasses
 import json
 import os
@@ -99,7 +98,9 @@ def child(bundle: Path, out: Path, key: Path, lock: Path, sample: int | None, se
 
 
 def predicate(att: Path) -> dict[str, Any]:
-    return json.loads(base64.b64decode(json.loads(att.read_bytes())["payload"]))["predicate"]  # type: ignore[no-any-return]
+    from bundle.dsse import Envelope
+
+    return json.loads(Envelope.from_json(att.read_bytes()).payload)["predicate"]  # type: ignore[no-any-return]
 
 
 def smallest_edits(bundle: Path) -> tuple[float, float, float]:

@@ -22,9 +22,6 @@ from verify.tree import BagTree
 
 _REQUIRED_TAGS: Final = frozenset({layout.BAGIT_TXT, layout.BAG_INFO, layout.MANIFEST_SHA256,
                                    layout.MANIFEST_SHA512, layout.TAGMANIFEST_SHA256})
-_MANIFEST_RE: Final = re.compile(r"(tag)?manifest-([A-Za-z0-9_-]+)\.txt")
-_LINE_RE: Final = re.compile(r"([0-9A-Fa-f]+)[ \t]+(\S.*)")
-_EOL: Final = re.compile(r"\r\n|\r|\n")
 _UNSIGNED_LABELS: Final = frozenset({layout.INFO_DESCRIPTION})
 """Format labels that only describe the bag: shown as notes, never checked or trusted."""
 
@@ -33,7 +30,7 @@ def manifests(tree: BagTree, tag: bool) -> dict[str, str]:
     """name -> algorithm of every (tag)manifest-<alg>.txt at the bag root."""
     found = {}
     for name in tree.files:
-        match = _MANIFEST_RE.fullmatch(name)
+        match = layout.MANIFEST_FILE_RE.fullmatch(name)
         if match is not None and bool(match.group(1)) == tag:
             found[name] = match.group(2)
     return dict(sorted(found.items()))
@@ -149,7 +146,7 @@ def safe_bag_path(path: str, where: str) -> str:
 def tag_lines(text: str) -> list[str]:
     """The lines of a tag file, ended by LF, CR or CRLF as RFC 8493 allows (no other breaks);
     a missing final line end is accepted."""
-    lines = _EOL.split(text)
+    lines = layout.TAG_FILE_EOL.split(text)
     return lines[:-1] if lines and lines[-1] == "" else lines
 
 
@@ -165,11 +162,11 @@ def parse_manifest(data: bytes, name: str, algorithm: str) -> dict[str, str]:
     hex_len = hashlib.new(hname).digest_size * 2 if hname is not None else None
     entries: dict[str, str] = {}
     for number, line in enumerate(tag_lines(text), start=1):
-        match = _LINE_RE.fullmatch(line)
+        match = layout.MANIFEST_LINE_RE.fullmatch(line)
         if match is None or (hex_len is not None and len(match.group(1)) != hex_len):
             raise Failed(f"{name} line {number} is {line[:100]!r}, expected '<{hex_len or 'the'} "
                          "hex digits>', spaces or a tab, '<path>'.")
-        path = safe_bag_path(match.group(2), f"{name} line {number}")
+        path = safe_bag_path(match.group(3), f"{name} line {number}")
         if path in entries:
             raise Failed(f"{name} lists {path!r} twice (line {number}).")
         entries[path] = match.group(1).lower()

@@ -9,11 +9,13 @@ check that crashes on malformed input is reported as failed, never as passed. En
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from bundle.dsse import Envelope
 from verify import (
     bag,
     batch_kinds,
@@ -37,6 +39,7 @@ from verify import (
     workers,
 )
 from verify.context import Attestation, Context, Trust
+from verify.documents import PoolData
 from verify.result import SIGNER_CHECK, Check, Failed, Skipped, exit_code
 from verify.tree import BagTree
 
@@ -283,6 +286,12 @@ class Verification:
     """What the bag holds that nothing signed: reported, never trusted, never a failure."""
     assurance: str = ""
     """What the checks establish, in words (verify.reproduction.assurance)."""
+    envelope: Envelope | None = None
+    """The DSSE envelope as the checks read it (None when it could not be read)."""
+    documents: Mapping[str, Any] = field(default_factory=dict)
+    """bag path -> every JSON payload file the checks parsed and validated against its schema."""
+    pools: Mapping[str, PoolData] = field(default_factory=dict)
+    """pool -> its predictions file as the checks read it (columns, types and ranges checked)."""
 
 
 def verify_tree(tree: BagTree | None, trust: Trust, *,
@@ -312,4 +321,5 @@ def verify_tree(tree: BagTree | None, trust: Trust, *,
     else:
         runner.run_table(ctx, CONTENT, gate=True, unread=unread)
     return Verification(runner.checks, ctx.signer_fingerprint, ctx.notes,
-                        reproduction.assurance(ctx, exit_code(runner.checks)))
+                        reproduction.assurance(ctx, exit_code(runner.checks)),
+                        ctx.envelope, dict(ctx.docs), dict(ctx.tables))

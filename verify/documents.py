@@ -10,23 +10,6 @@ from verify.numerics import F64, I64
 
 
 @dataclass(frozen=True)
-class Signature:
-    """One DSSE signature, base64-decoded; `keyid` is only a hint of which key made it."""
-
-    keyid: str
-    sig: bytes
-
-
-@dataclass(frozen=True)
-class Envelope:
-    """A DSSE envelope, payload and signatures base64-decoded, signatures in envelope order."""
-
-    payload_type: str
-    payload: bytes
-    signatures: tuple[Signature, ...]
-
-
-@dataclass(frozen=True)
 class PoolData:
     """One pool's predictions, as float64 logits and int64 labels."""
 

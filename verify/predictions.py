@@ -4,6 +4,7 @@ predictions recomputed from the float32 logits, batches following the protocol's
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,50 @@ def expected_schema(k: int, full_counts: bool = True) -> pa.Schema:
     return pa.schema(fields)
 
 
+class PredictionsFile:
+    """One predictions Parquet file, opened: its footer is read, no column is decoded yet.
+
+    The one reader of the file format, for the verifier and for the job (which reads its own
+    predictions and, in `reproduce`, a verified bundle's): opening, choosing columns and stacking
+    the logit columns into a matrix happen here, and every failure is one Failed naming the file.
+    What the numbers mean, and every check of them, stays with each caller."""
+
+    def __init__(self, data: bytes | Path, path: str) -> None:
+        self.path = path
+        try:
+            # a job's own file is memory-mapped; a bundle's is already in memory
+            self.source = pq.ParquetFile(io.BytesIO(data) if isinstance(data, bytes) else data,
+                                         memory_map=not isinstance(data, bytes))
+        except Exception as exc:  # pyarrow raises many types for corrupt files
+            raise Failed(f"{path} cannot be read as Parquet ({type(exc).__name__}: "
+                         f"{str(exc)[:200]}).") from exc
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.source.schema_arrow.names)
+
+    @property
+    def logit_names(self) -> list[str]:
+        """logit_0, logit_1, ...: the columns the file has, in class order."""
+        k = sum(1 for name in self.names if name.startswith("logit_"))
+        return [f"logit_{j}" for j in range(k)]
+
+    def read(self, columns: list[str] | None = None) -> pa.Table:
+        """The named columns (all when None), decoded; Failed when the data does not decode."""
+        try:
+            return self.source.read(columns=columns)
+        except Exception as exc:  # pyarrow raises many types for corrupt files
+            raise Failed(f"{self.path} cannot be read as Parquet ({type(exc).__name__}: "
+                         f"{str(exc)[:200]}).") from exc
+
+
+def logit_matrix(table: pa.Table, k: int) -> np.ndarray:
+    """The [n, k] float32 logits of a predictions table, columns logit_0 .. logit_{k-1}."""
+    if k == 0:
+        return np.empty((table.num_rows, 0), dtype=np.float32)
+    return np.stack([table.column(f"logit_{j}").to_numpy() for j in range(k)], axis=1)
+
+
 def _check_metadata(path: str, source: pq.ParquetFile, k: int, max_rows: int) -> None:
     """Refuse a file whose footer declares more rows, columns or uncompressed bytes than the
     pool can hold, before a column is decoded: zstd turns a few kilobytes of identical rows
@@ -55,15 +100,9 @@ def read_pool(name: str, data: bytes, k: int, max_rows: int = limits.MAX_ROWS,
     """The predictions of pool `name`, at most `max_rows` rows (checked in the footer first);
     `full_token_count` may be absent only where `full_counts_required` is false (format 1)."""
     path = f"data/predictions/{name}.parquet"
-    try:
-        source = pq.ParquetFile(io.BytesIO(data))
-        _check_metadata(path, source, k, max_rows)
-        table = source.read()
-    except Failed:
-        raise
-    except Exception as exc:  # pyarrow raises many types for corrupt files
-        raise Failed(f"{path} cannot be read as Parquet ({type(exc).__name__}: "
-                     f"{str(exc)[:200]}).") from exc
+    source = PredictionsFile(data, path)
+    _check_metadata(path, source.source, k, max_rows)
+    table = source.read()
     want = expected_schema(k, full_counts=full_counts_required or "full_token_count" in table.column_names)
     got = [(f.name, str(f.type)) for f in table.schema]
     expected = [(f.name, str(f.type)) for f in want]
@@ -74,7 +113,7 @@ def read_pool(name: str, data: bytes, k: int, max_rows: int = limits.MAX_ROWS,
     for column in table.column_names:
         if table.column(column).null_count:
             raise Failed(f"{path} column {column!r} holds nulls.")
-    z32 = np.stack([table.column(f"logit_{i}").to_numpy() for i in range(k)], axis=1)
+    z32 = logit_matrix(table, k)
     if not np.isfinite(z32).all():
         raise Failed(f"{path} holds a logit that is NaN or infinite.")
     y = table.column("label").to_numpy().astype(np.int64)

@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from bundle import layout
 from bundle.canonical import loads_strict
+from bundle.dsse import Envelope
 from bundle.errors import CanonicalJSONError
 from bundle.keys import fingerprint
 from bundle.views.arithmetic import arithmetic_words, short_number
@@ -47,14 +48,14 @@ def wanted(ctx: Context) -> bool:
     return bool(ctx.attestations)
 
 
-def _trusted_signer(envelope: Any, keys: tuple[Ed25519PublicKey, ...], source: str) -> str:
+def _trusted_signer(envelope: Envelope, keys: tuple[Ed25519PublicKey, ...], source: str) -> str:
     """Fingerprint of the trusted key whose signature verifies; the keyid only orders the keys tried.
 
     Two failures are told apart: a signature whose keyid names a trusted reproducer but does not
     verify under that key (the attestation was altered after signing, or another key signed it
     under that keyid), and a signature by a key that is not trusted at all."""
     for key in keys:
-        if signature.signature_by(envelope, key) is not None:
+        if envelope.signature_by(key) is not None:
             return fingerprint(key)
     trusted = {fingerprint(k) for k in keys}
     claimed = [s.keyid for s in envelope.signatures if s.keyid in trusted]
@@ -91,7 +92,7 @@ def _signed_the_bundle(ctx: Context, reproducer: str) -> bool:
     """Whether the trusted reproducer key with fingerprint `reproducer` also signed the bundle."""
     if ctx.envelope is None:
         return False
-    return any(fingerprint(key) == reproducer and signature.signature_by(ctx.envelope, key) is not None
+    return any(fingerprint(key) == reproducer and ctx.envelope.signature_by(key) is not None
                for key in ctx.reproducers)
 
 

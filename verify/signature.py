@@ -5,24 +5,21 @@ then the statement parsed from those bytes (never re-serialized before verificat
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import re
 from typing import Any, Final
 
-from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from bundle import layout
 from bundle.canonical import loads_strict
-from bundle.dsse import pae
-from bundle.errors import CanonicalJSONError
+from bundle.dsse import Envelope
+from bundle.errors import CanonicalJSONError, EnvelopeError
 from bundle.keys import fingerprint
 from verify import bag, limits, schemacheck
 from verify.context import Context
-from verify.documents import Envelope, Signature
 from verify.result import Failed, InputError, Skipped
 
 
@@ -64,72 +61,13 @@ def parse_fingerprint(text: str) -> str:
     return value
 
 
-def _b64(value: Any, what: str) -> bytes:
-    if not isinstance(value, str):
-        raise Failed(f"the envelope's {what} is not a string.")
-    try:
-        return base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise Failed(f"the envelope's {what} is not valid base64 ({exc}).") from exc
-
-
-MAX_SIGNATURES: Final = 100
-"""An envelope with more signatures than this is refused before any is tried."""
-
-
 def parse_envelope(data: bytes, source: str = layout.PROVENANCE) -> Envelope:
-    """The envelope's exact shape (DSSE v1 as FORMAT.md writes it), one or more signatures.
-
-    `source` names the file in messages: the bundle's envelope, or an attestation given by path."""
+    """The envelope's exact shape (bundle.dsse.Envelope.from_json: DSSE v1 as FORMAT.md writes
+    it, one or more signatures); Failed, naming `source`, otherwise."""
     try:
-        env = loads_strict(data, source=source)
-    except CanonicalJSONError as exc:
+        return Envelope.from_json(data, source)
+    except EnvelopeError as exc:
         raise Failed(str(exc)) from exc
-    if not isinstance(env, dict) or set(env) != {"payload", "payloadType", "signatures"}:
-        keys = sorted(env) if isinstance(env, dict) else type(env).__name__
-        raise Failed(f"{source} has {keys}, expected a DSSE envelope with exactly "
-                     "payload, payloadType and signatures.")
-    if env["payloadType"] != layout.PAYLOAD_TYPE:
-        raise Failed(f"payloadType is {env['payloadType']!r}, expected {layout.PAYLOAD_TYPE!r}.")
-    sigs = env["signatures"]
-    if not isinstance(sigs, list) or not 1 <= len(sigs) <= MAX_SIGNATURES:
-        count = len(sigs) if isinstance(sigs, list) else "not a list"
-        raise Failed(f"the envelope has {count} signatures, expected 1 to {MAX_SIGNATURES}.")
-    parsed = []
-    for i, sig in enumerate(sigs):
-        if not isinstance(sig, dict) or set(sig) != {"keyid", "sig"} or not isinstance(
-                sig["keyid"], str):
-            raise Failed(f"the envelope's signature {i} must hold exactly a keyid string and a "
-                         "sig.")
-        parsed.append(Signature(sig["keyid"], _b64(sig["sig"], f"signature {i}")))
-    return Envelope(env["payloadType"], _b64(env["payload"], "payload"), tuple(parsed))
-
-
-def signature_by(env: Envelope, key: Ed25519PublicKey) -> int | None:
-    """The index of the first signature that verifies under `key` over PAE of the exact payload,
-    or None. The keyid is only a hint: signatures naming the key's fingerprint are tried first,
-    then every other one."""
-    fp = fingerprint(key)
-    message = pae(env.payload_type, env.payload)
-    order = sorted(range(len(env.signatures)), key=lambda i: env.signatures[i].keyid != fp)
-    for i in order:
-        sig = env.signatures[i].sig
-        if len(sig) != 64:
-            continue
-        try:
-            key.verify(sig, message)
-        except InvalidSignature:
-            continue
-        return i
-    return None
-
-
-def verify_signature(env: Envelope, key: Ed25519PublicKey, source: str) -> None:
-    """Raise Failed unless some signature of the envelope verifies under `key`."""
-    if signature_by(env, key) is None:
-        raise Failed(f"the DSSE signature does not verify under {source} "
-                     f"(fingerprint {fingerprint(key)[:16]}…); the statement or the signature "
-                     "was changed after signing.")
 
 
 def parse_statement(payload: bytes) -> tuple[dict[str, Any], dict[str, dict[str, str]], list[str]]:
@@ -244,7 +182,7 @@ def valid(ctx: Context) -> str:
     if named is not None and named != fp:
         raise Failed(f"bag-info.txt names signer {named[:16]}…, the signing key is "
                      f"{fp[:16]}….")
-    index = signature_by(env, key)
+    index = env.signature_by(key)
     if index is None:
         keyids = [s.keyid[:16] + "…" for s in env.signatures]
         raise Failed(f"the DSSE signature does not verify under {layout.SIGNER_PUB} (fingerprint "
@@ -296,7 +234,7 @@ def trusted_signer(ctx: Context) -> str:
     trusted: dict[str, str] = {}
     by_trusted: set[int] = set()
     for key, source in keys:
-        index = signature_by(env, key)
+        index = env.signature_by(key)
         if index is not None:
             trusted.setdefault(fingerprint(key), source)
             by_trusted.add(index)
@@ -325,7 +263,7 @@ def _note_untrusted(ctx: Context, env: Envelope, fp: str, by_trusted: set[int]) 
     """A note for every signature no trusted key made: it counts for nothing."""
     tree = ctx.bag()
     signer = load_public_key_pem(tree.files[layout.SIGNER_PUB], layout.SIGNER_PUB)
-    own = signature_by(env, signer)
+    own = env.signature_by(signer)
     for i, sig in enumerate(env.signatures):
         if i in by_trusted:
             continue

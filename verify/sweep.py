@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from bundle import layout
 from bundle.canonical import loads_strict
-from bundle.errors import CanonicalJSONError
+from bundle.errors import CanonicalJSONError, SignatureThresholdError
 from bundle.views.sweep import render_sweep_views
 from verify import limits, schemacheck, signature
 from verify.context import Attestation
@@ -91,13 +91,14 @@ def _statement(path: Path, what: str, predicate_type: str, schema: str,
     if not path.is_file() or path.is_symlink():
         raise Failed(f"the sweep has no {path.name}; {what} is missing.")
     env = signature.parse_envelope(limits.read_small_file(path, what, MAX_RECORD_BYTES), path.name)
-    signers = sum(1 for key, _ in keys if signature.signature_by(env, key) is not None)
-    if signers == 0:
-        raise Failed(f"{path.name} is not signed by a trusted key; it was changed after signing or "
-                     "another key signed it.")
-    if signers < threshold:
-        raise Failed(f"{path.name} is signed by {signers} of the trusted keys, fewer than the threshold of "
-                     f"{threshold}.")
+    try:
+        env.verify([key for key, _ in keys], threshold)
+    except SignatureThresholdError as exc:
+        if exc.verified == 0:
+            raise Failed(f"{path.name} is not signed by a trusted key; it was changed after signing or "
+                         "another key signed it.") from exc
+        raise Failed(f"{path.name} is signed by {exc.verified} of the trusted keys, fewer than the "
+                     f"threshold of {threshold}.") from exc
     try:
         statement = loads_strict(env.payload, source=f"The {what}")
     except CanonicalJSONError as exc:

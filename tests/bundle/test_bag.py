@@ -3,7 +3,6 @@ verifier's reader (verify/) accepts; the bundle package itself has no reader."""
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 from pathlib import Path
@@ -16,6 +15,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from bundle import layout
 from bundle.bag import bagging_date, file_digests, payload_files, seal
 from bundle.canonical import dumps, loads_strict
+from bundle.dsse import Envelope
 from bundle.errors import BundleError
 from bundle.keys import fingerprint
 from bundle.schemas import schema_sha256, validate
@@ -115,9 +115,9 @@ def test_signed_example_bag(tmp_path: Path) -> None:
     envelope = loads_strict(raw_envelope)
     assert dumps(envelope) == raw_envelope
     validate(envelope, "envelope")
-    parsed = signature.parse_envelope(raw_envelope)
+    parsed = Envelope.from_json(raw_envelope)
     assert parsed.payload_type == layout.PAYLOAD_TYPE and [s.keyid for s in parsed.signatures] == [fingerprint(KEY)]
-    signature.verify_signature(parsed, public, "signer")
+    assert list(parsed.verify([public], 1)) == [fingerprint(KEY)]
     payload = parsed.payload
     statement = signature.parse_statement(payload)[0]
     assert payload == dumps(statement)
@@ -269,7 +269,7 @@ def test_verifier_reader_rejects_damage() -> None:
 def test_envelope_payload_is_base64_of_canonical_statement(tmp_path: Path) -> None:
     bag = _signed(tmp_path)
     envelope = json.loads((bag / layout.PROVENANCE).read_bytes())
-    payload = base64.b64decode(envelope["payload"])
+    payload = Envelope.from_dict(envelope).payload
     assert payload.endswith(b"}\n") and b": " not in payload
 
 

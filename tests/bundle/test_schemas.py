@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import copy
 import hashlib
 import json
@@ -16,7 +15,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle import layout
-from bundle.dsse import sign_envelope
+from bundle.dsse import Envelope
 from bundle.errors import BundleError, SchemaViolation
 from bundle.schemas import (
     SCHEMA_DIR,
@@ -109,7 +108,7 @@ def good(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             for path in layout.PAYLOAD_SCHEMAS if path != layout.PROTOCOL_JSON}
     predicate = _predicate(bag)
     statement = build_statement({"data/protocol.json": HEX}, predicate)
-    envelope = sign_envelope(b"{}", layout.PAYLOAD_TYPE, Ed25519PrivateKey.generate())
+    envelope = Envelope(b"{}", layout.PAYLOAD_TYPE).sign(Ed25519PrivateKey.generate()).to_dict()
     return {
         "protocol": json.loads(PROTOCOL_BYTES),
         "resource-lock": _lock(),
@@ -269,7 +268,7 @@ def _bundle_documents(bundle: Path, lock: Path, out: Path) -> dict[str, Path]:
     docs = {name: bundle / path for path, name in layout.PAYLOAD_SCHEMAS.items()}
     envelope = bundle / layout.PROVENANCE
     docs["envelope"] = envelope
-    payload = base64.b64decode(json.loads(envelope.read_bytes())["payload"], validate=True)
+    payload = Envelope.from_json(envelope.read_bytes()).payload
     statement = json.loads(payload)
     docs["statement"] = out / "statement.json"
     docs["statement"].write_bytes(payload)
@@ -284,7 +283,7 @@ def _bundle_documents(bundle: Path, lock: Path, out: Path) -> dict[str, Path]:
     assert main(["reproduce", str(bundle), "--out", str(attestation), "--resources", str(lock), "--no-progress",
                  "--signing-key", str(out / "reproducer" / "signing-key.pem"), "--sample", "4", "--seed", "1"]) == 0
     docs["reproduction"] = out / "reproduction.json"
-    docs["reproduction"].write_bytes(base64.b64decode(json.loads(attestation.read_bytes())["payload"]))
+    docs["reproduction"].write_bytes(Envelope.from_json(attestation.read_bytes()).payload)
     from tests.sweeps import build_sweep_dir, write_sweep
 
     docs["sweep"] = write_sweep(out / "sweep.json", (bundle / layout.PROTOCOL_JSON, lock), prefixes=["s:"])
@@ -292,7 +291,7 @@ def _bundle_documents(bundle: Path, lock: Path, out: Path) -> dict[str, Path]:
     for name, record in (("sweep-plan", layout.SWEEP_PLAN), ("sweep-index", layout.SWEEP_INDEX)):
         envelope_doc = json.loads((out / "sweep" / record).read_bytes())
         docs[name] = out / f"{name}.json"
-        docs[name].write_text(json.dumps(json.loads(base64.b64decode(envelope_doc["payload"]))["predicate"]))
+        docs[name].write_text(json.dumps(json.loads(Envelope.from_dict(envelope_doc).payload)["predicate"]))
     return docs
 
 

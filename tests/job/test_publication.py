@@ -3,13 +3,13 @@ the signed predicate; a malformed one ends the run with one sentence and exit st
 
 from __future__ import annotations
 
-import base64
 import json
 from pathlib import Path
 
 import pytest
 
 from bundle import layout
+from bundle.dsse import Envelope
 from job.cli import main
 
 
@@ -29,7 +29,7 @@ def test_a_malformed_publication_option_is_one_sentence(tiny_world: tuple[Path, 
 
 def test_defaults_are_signed(tiny_bundle: Path) -> None:
     envelope = json.loads((tiny_bundle / "provenance.intoto.json").read_bytes())
-    predicate = json.loads(base64.b64decode(envelope["payload"]))["predicate"]
+    predicate = json.loads(Envelope.from_dict(envelope).payload)["predicate"]
     assert predicate["publication"] == {
         "license": "https://spdx.org/licenses/CC-BY-4.0",
         "publisher": {"name": "calibration-runs", "id": "https://calibration-runs.example/"},

@@ -8,27 +8,27 @@ import json
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bundle import layout
 from bundle.canonical import dumps, loads_strict
 from bundle.layout import data_name
-from bundle.views.report import FIGURE_FILES
+from bundle.views.report import FIGURE_FILES, cell, change, expected_tables
 from bundle.views.report import report_markdown as render
 from job.figures import render_figures
 from job.protocol import StabilitySpec, load_protocol
-from job.report import (
-    cell,
-    change,
-    check_report,
-    expected_tables,
-    extract_tables,
-    load_docs,
-    report_markdown,
-)
+from job.report import load_docs, report_markdown
 from job.stability import stability_record
 from job.uncertainty import bootstrap_record
+from verify.reportcheck import compare, parse_tables
+from verify.result import Failed
+
+
+def check_report(markdown: str, docs: dict[str, Any]) -> list[str]:
+    """The verifier's reading of the report's tables, compared with the tables the records give."""
+    return compare(parse_tables(markdown), expected_tables(docs))
 
 
 @pytest.fixture
@@ -70,7 +70,7 @@ def test_report_is_consistent_and_deterministic(full_data: Path):
     assert md == report_markdown(full_data)
     docs = load_docs(full_data)
     assert check_report(md, docs) == []
-    tables = extract_tables(md)
+    tables = parse_tables(md)
     assert set(tables) == {"pools", "temperature", "metrics-audit", "metrics-calibration", "threshold",
                            "bins-audit", "bootstrap", "stability"}
     assert tables == expected_tables(docs)
@@ -91,7 +91,7 @@ def test_the_report_reads_pool_sizes_not_pool_entries(full_data: Path):
 
 def test_every_checked_number_parses_back_within_half_a_unit(full_data: Path):
     md = report_markdown(full_data)
-    tables = extract_tables(md)
+    tables = parse_tables(md)
     m = json.loads((full_data / "metrics.json").read_text())["pools"]["audit"]
     for row in ("accuracy", "mean_confidence", "nll", "brier", "ece", "mce"):
         for kind in ("raw", "calibrated"):
@@ -124,7 +124,7 @@ def test_sections_and_figures(full_data: Path):
 def test_without_the_bootstrap_there_is_no_claim(base_data: Path):
     md = report_markdown(base_data)
     assert check_report(md, load_docs(base_data)) == []
-    assert "bootstrap" not in extract_tables(md) and "stability" not in extract_tables(md)
+    assert "bootstrap" not in parse_tables(md) and "stability" not in parse_tables(md)
     assert "no significance claim" in md.lower()
     assert "**no claim**" in md
     assert "No figures were rendered." in md
@@ -138,12 +138,12 @@ def test_a_changed_number_is_caught(full_data: Path):
                      f"| nll | {cell(docs[layout.METRICS_JSON]['pools']['audit']['raw']['nll'])} | 0.000001 |", 1)
     assert bad != md
     problems = check_report(bad, docs)
-    assert len(problems) == 1 and "metrics-audit: row nll" in problems[0]
-    assert check_report(md.replace("<!-- table: threshold -->\n", ""), docs) == ["table threshold is missing"]
+    assert problems == [f"metrics-audit[nll][calibrated] is '0.000001', the records give {nll!r}"]
+    assert check_report(md.replace("<!-- table: threshold -->\n", ""), docs) == ["table 'threshold' is missing"]
     extra = md.replace("| nll |", "| nll |", 1) + "\n<!-- table: extra -->\n| k | v |\n|---|---:|\n| a | 1 |\n"
-    assert check_report(extra, docs) == ["table extra is not expected"]
-    with pytest.raises(ValueError):
-        extract_tables(md + "\n<!-- table: pools -->\n| k | v |\n|---|---:|\n")
+    assert check_report(extra, docs) == ["table 'extra' is not one the format defines here"]
+    with pytest.raises(Failed, match="twice"):
+        parse_tables(md + "\n<!-- table: pools -->\n| k | v |\n|---|---:|\n")
 
 
 def test_tables_follow_the_documented_syntax(full_data: Path):
@@ -166,5 +166,5 @@ def test_a_boundary_fit_is_reported_as_such(base_data: Path):
     (base_data / "trajectory.json").write_bytes(dumps(traj))
     md = report_markdown(base_data)
     assert "the boundary `t_max` was taken and flagged" in md
-    assert extract_tables(md)["temperature"]["boundary"] == {"value": "yes"}
+    assert parse_tables(md)["temperature"]["boundary"] == {"value": "yes"}
     assert check_report(md, load_docs(base_data)) == []

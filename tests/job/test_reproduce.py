@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from bundle.attestation import attestation_bytes
+from bundle.dsse import Envelope
 from bundle.keys import generate, load_private_key
 from job.cli import main as job_main
 from job.logit_compare import compare_rows, ulps_apart
@@ -48,7 +49,7 @@ def verify(bundle: Path, signer: Path, capsys: pytest.CaptureFixture[str], *extr
 
 
 def statement(att: Path) -> dict[str, Any]:
-    return json.loads(base64.b64decode(json.loads(att.read_bytes())["payload"]))  # type: ignore[no-any-return]
+    return json.loads(Envelope.from_json(att.read_bytes()).payload)  # type: ignore[no-any-return]
 
 
 def resign(att: Path, out: Path, key_dir: Path, edit: Any) -> Path:
@@ -114,7 +115,7 @@ def test_a_genuine_bundle_reproduces_in_full_and_the_verifier_counts_it(
     signer = json.loads((tiny_bundle / "data" / "environment.json").read_bytes())["arithmetic"]
     assert p["signer_arithmetic"] == signer and p["environment"]["arithmetic"]["aten_capability"]
     envelope = json.loads((tiny_bundle / "provenance.intoto.json").read_bytes())
-    payload_sha = hashlib.sha256(base64.b64decode(envelope["payload"])).hexdigest()
+    payload_sha = hashlib.sha256(Envelope.from_dict(envelope).payload).hexdigest()
     assert {s["name"]: s["digest"]["sha256"] for s in doc["subject"]}["provenance.intoto.json#payload"] == payload_sha
     code, out = verify(tiny_bundle, signing_key_dir, capsys, "--reproduction", str(full),
                        "--trusted-reproducer", str(reproducer / "signing-key.pub.pem"))

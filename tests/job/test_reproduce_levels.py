@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bundle.attestation import attestation_bytes
+from bundle.dsse import Envelope
 from bundle.keys import fingerprint, generate, load_private_key
 from bundle.views.arithmetic import short_number
 from job.batch_kinds import kind_of
@@ -63,11 +64,11 @@ def verify(bundle: Path, signer_pub: Path, capsys: pytest.CaptureFixture[str], *
 
 
 def predicate(att: Path) -> dict[str, Any]:
-    return json.loads(base64.b64decode(json.loads(att.read_bytes())["payload"]))["predicate"]  # type: ignore[no-any-return]
+    return json.loads(Envelope.from_json(att.read_bytes()).payload)["predicate"]  # type: ignore[no-any-return]
 
 
 def resigned(att: Path, out: Path, key_dir: Path, edit: Any) -> Path:
-    doc = json.loads(base64.b64decode(json.loads(att.read_bytes())["payload"]))
+    doc = json.loads(Envelope.from_json(att.read_bytes()).payload)
     edit(doc["predicate"])
     out.write_bytes(attestation_bytes(doc, load_private_key(key_dir / "signing-key.pem")))
     return out
@@ -252,14 +253,14 @@ def test_a_broken_signature_and_an_untrusted_key_are_told_apart_naming_the_file(
     trusted = ["--trusted-reproducer", str(reproducer / "signing-key.pub.pem")]
     signer_pub = signing_key_dir / "signing-key.pub.pem"
     envelope = json.loads(full.read_bytes())
-    doc = json.loads(base64.b64decode(envelope["payload"]))
+    doc = json.loads(Envelope.from_dict(envelope).payload)
     doc["predicate"]["rows"]["compared"] = 41
     edited = tmp_path / "edited.json"
     edited.write_text(json.dumps({**envelope, "payload": base64.b64encode(json.dumps(doc).encode()).decode()}))
     stranger = tmp_path / "stranger"
     generate(stranger)
     # another key's signature under the trusted reproducer's keyid
-    impostor = json.loads(attestation_bytes(json.loads(base64.b64decode(envelope["payload"])),
+    impostor = json.loads(attestation_bytes(json.loads(Envelope.from_dict(envelope).payload),
                                             load_private_key(stranger / "signing-key.pem")))
     impostor["signatures"][0]["keyid"] = envelope["signatures"][0]["keyid"]
     under_keyid = tmp_path / "impostor.json"

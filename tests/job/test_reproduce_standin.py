@@ -5,7 +5,6 @@ signer's edit of three audit rows' margins is a `mismatch` under that arithmetic
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import subprocess
@@ -16,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from bundle.dsse import Envelope
 from bundle.keys import generate
 from job.cli import main as job_main
 from job.predictions import PoolOutput
@@ -30,7 +30,7 @@ AVX2 = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
 
 
 def predicate(att: Path) -> dict[str, Any]:
-    return json.loads(base64.b64decode(json.loads(att.read_bytes())["payload"]))["predicate"]  # type: ignore[no-any-return]
+    return json.loads(Envelope.from_json(att.read_bytes()).payload)["predicate"]  # type: ignore[no-any-return]
 
 
 def in_child(bundle: Path, out: Path, key: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

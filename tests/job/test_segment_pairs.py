@@ -4,7 +4,6 @@ verifies and reproduces bit for bit."""
 
 from __future__ import annotations
 
-import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from bundle.dsse import Envelope
 from bundle.keys import generate
 from job.cli import main as job_main
 from job.dataset import DatasetSpec, load_rows
@@ -73,7 +73,7 @@ def test_the_pair_bundle_verifies_and_reproduces_bit_for_bit(pair_run, signing_k
     att = tmp_path / "reproduction.intoto.json"
     assert job_main(["reproduce", str(bundle), "--out", str(att), "--signing-key",
                      str(reproducer / "signing-key.pem"), "--resources", str(lock), "--no-progress"]) == 0
-    predicate = json.loads(base64.b64decode(json.loads(att.read_bytes())["payload"]))["predicate"]
+    predicate = json.loads(Envelope.from_json(att.read_bytes()).payload)["predicate"]
     assert (predicate["verdict"], predicate["rows"]["compared"], predicate["rows"]["identical"]) == \
         ("bit-identical", 54, 54)
     capsys.readouterr()

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from bundle.dsse import Envelope
 from job.cli import main as job_main
 from tests.factory import REPO, SHARED_FIXTURES
 from tests.job.test_sweep_ray import _namespaces_available
@@ -66,9 +67,7 @@ def _batches(bundle: Path, pool: str) -> list[int]:
 
 
 def _predicate(attestation: Path) -> dict[str, Any]:
-    import base64
-
-    statement = json.loads(base64.b64decode(json.loads(attestation.read_bytes())["payload"]))
+    statement = json.loads(Envelope.from_json(attestation.read_bytes()).payload)
     predicate: dict[str, Any] = statement["predicate"]
     return predicate
 

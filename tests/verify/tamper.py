@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from bundle import layout
 from bundle.bag import file_digests, format_bag_info, format_manifest
 from bundle.canonical import dumps, loads_strict
-from bundle.dsse import sign_envelope
+from bundle.dsse import Envelope
 from bundle.keys import fingerprint, public_key_pem
 from tests.synthetic import make_bundle, sha256
 from tests.verify.tarcraft import ATTACKS
@@ -36,10 +36,7 @@ def _payload(bag: Path) -> list[str]:
 
 
 def signed_predicate(bag: Path) -> dict[str, Any]:
-    env = loads_strict((bag / layout.PROVENANCE).read_bytes())
-    import base64
-
-    return loads_strict(base64.b64decode(env["payload"]))["predicate"]  # type: ignore[no-any-return]
+    return loads_strict(Envelope.from_json((bag / layout.PROVENANCE).read_bytes()).payload)["predicate"]  # type: ignore[no-any-return]
 
 
 def reseal(bag: Path, key: Ed25519PrivateKey | None, *,
@@ -80,7 +77,7 @@ def reseal(bag: Path, key: Ed25519PrivateKey | None, *,
         statement = {"_type": layout.STATEMENT_TYPE,
                      "subject": [{"name": p, "digest": {"sha256": sha256s[p]}} for p in paths],
                      "predicateType": layout.PREDICATE_TYPE, "predicate": pred}
-        env = sign_envelope(dumps(statement), layout.PAYLOAD_TYPE, key)
+        env = Envelope(dumps(statement), layout.PAYLOAD_TYPE).sign(key).to_dict()
         (bag / layout.PROVENANCE).write_bytes(dumps(env))
         (bag / layout.SIGNER_PUB).write_bytes(public_key_pem(key))
         tags += [layout.PROVENANCE, layout.SIGNER_PUB]

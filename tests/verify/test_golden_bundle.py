@@ -4,7 +4,6 @@ format, and that a verifier refuses with an upgrade sentence when it does not re
 
 from __future__ import annotations
 
-import base64
 import json
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from bundle import layout
+from bundle.dsse import Envelope
 from verify import compat
 from verify.result import Failed
 
@@ -52,7 +52,7 @@ def test_golden_bundle_is_of_its_format_small_and_holds_no_private_key(version: 
     assert sum(p.stat().st_size for p in files) < 1_000_000
     assert not any(b"PRIVATE KEY" in p.read_bytes() for p in [*files, key])
     envelope = json.loads((golden / layout.PROVENANCE).read_bytes())
-    predicate = json.loads(base64.b64decode(envelope["payload"]))["predicate"]
+    predicate = json.loads(Envelope.from_dict(envelope).payload)["predicate"]
     assert predicate["format"] == {"version": version, "oldest_verifier": OLDEST[version]}
     assert predicate["publication"]["license"] == "https://spdx.org/licenses/CC-BY-4.0"
 

@@ -17,7 +17,9 @@ ALLOWED_FROM_BUNDLE = {
     ("bundle.canonical", "dumps"),
     ("bundle.canonical", "loads_strict"),
     ("bundle.errors", "CanonicalJSONError"),
-    ("bundle.dsse", "pae"),
+    ("bundle.errors", "EnvelopeError"),
+    ("bundle.errors", "SignatureThresholdError"),
+    ("bundle.dsse", "Envelope"),
     ("bundle.keys", "fingerprint"),
     ("bundle.schemas", "SCHEMA_DIR"),
     ("bundle.views", "RENDERER_PACKAGE"),
@@ -33,8 +35,9 @@ ALLOWED_FROM_BUNDLE = {
     ("bundle.views.crate", "crate_bytes"),
     ("bundle.views.sweep", "render_sweep_views"),
 }
-"""The definitions verify/ shares with the writer: layout names, canonical JSON, PAE, the key
-fingerprint, where the schemas live; and the renderers of the views (bundle.views), which lay
+"""The definitions verify/ shares with the writer: layout names, canonical JSON, the DSSE
+`Envelope` type (its decoding, PAE and signature check, and its errors), the key fingerprint,
+where the schemas live; and the renderers of the views (bundle.views), which lay
 out records the verifier has checked with its own code, so that it can require the bundle's
 report, figures and crate to be exactly their rendering (verify/README.md, "One reader of the
 format"), and the rule that makes record text inert in Markdown (bundle/FORMAT.md, "Text from

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from bundle import layout
+from bundle.dsse import Envelope
 from bundle.keys import generate, load_private_key
 from bundle.sweep import signed_record
 from tests.sweeps import build_sweep_dir, write_bad_lock, write_sweep
@@ -64,7 +65,7 @@ def test_a_complete_sweep_verifies_in_one_table(sweep_dir: Path, signing_key_dir
 
 
 def test_the_index_summaries_are_the_members_records(sweep_dir: Path) -> None:
-    index = json.loads(base64.b64decode(json.loads((sweep_dir / layout.SWEEP_INDEX).read_bytes())["payload"]))
+    index = json.loads(Envelope.from_json((sweep_dir / layout.SWEEP_INDEX).read_bytes()).payload)
     for row in index["predicate"]["members"]:
         bag = sweep_dir / layout.SWEEP_MEMBERS / row["name"]
         metrics = json.loads((bag / layout.METRICS_JSON).read_text())
@@ -77,7 +78,7 @@ def test_the_index_summaries_are_the_members_records(sweep_dir: Path) -> None:
 
 
 def _resign(path: Path, edit: Callable[[dict], None], key_path: Path) -> None:  # type: ignore[type-arg]
-    statement = json.loads(base64.b64decode(json.loads(path.read_bytes())["payload"]))
+    statement = json.loads(Envelope.from_json(path.read_bytes()).payload)
     edit(statement)
     envelope, _ = signed_record(statement, load_private_key(key_path))
     path.write_bytes(envelope)
@@ -85,7 +86,7 @@ def _resign(path: Path, edit: Callable[[dict], None], key_path: Path) -> None:  
 
 def _flip_payload_byte(path: Path) -> None:
     env = json.loads(path.read_bytes())
-    payload = bytearray(base64.b64decode(env["payload"]))
+    payload = bytearray(Envelope.from_dict(env).payload)
     i = payload.index(b'"name":"') + 8
     payload[i] = ord("z") if payload[i] != ord("z") else ord("y")
     env["payload"] = base64.b64encode(bytes(payload)).decode()
@@ -193,7 +194,7 @@ def test_reproductions_are_checked_with_the_member_they_name(
     assert "FAIL    member b" in out and "FAIL    sweep.reproductions" in out
     # an attestation of a bundle outside the sweep names no member
     other = json.loads(att.read_bytes())
-    payload = json.loads(base64.b64decode(other["payload"]))
+    payload = json.loads(Envelope.from_dict(other).payload)
     for subject in payload["subject"]:
         subject["digest"]["sha256"] = "ab" * 32
     other["payload"] = base64.b64encode(json.dumps(payload).encode()).decode()

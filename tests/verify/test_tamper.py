@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle import layout
 from bundle.canonical import dumps, loads_strict
-from bundle.dsse import sign_envelope
+from bundle.dsse import Envelope
 from tests.synthetic import sha256
 from tests.verify.tamper import (  # noqa: F401
     Keys,
@@ -225,13 +225,13 @@ def statement_edit(fn: Callable[[dict[str, Any]], None], key: str = "none") -> C
     """Edit the signed statement; re-sign it with nobody ('none'), the real or the other key."""
     def run(bag: Path, keys: Keys) -> None:
         env = loads_strict((bag / layout.PROVENANCE).read_bytes())
-        statement = loads_strict(base64.b64decode(env["payload"]))
+        statement = loads_strict(Envelope.from_dict(env).payload)
         fn(statement)
         payload = dumps(statement)
         if key == "none":
             env["payload"] = base64.b64encode(payload).decode()
         else:
-            env = sign_envelope(payload, layout.PAYLOAD_TYPE, keys.real if key == "real" else keys.other)
+            env = Envelope(payload, layout.PAYLOAD_TYPE).sign(keys.real if key == "real" else keys.other).to_dict()
         (bag / layout.PROVENANCE).write_bytes(dumps(env))
         fix_tagmanifest(bag)
     return run
