@@ -44,3 +44,13 @@ class SignatureThresholdError(EnvelopeError):
         super().__init__(message, field="signatures")
         self.verified = verified
         self.threshold = threshold
+
+
+class CrateError(BundleError):
+    """A crate's graph states something the format never writes (bundle.crate_graph).
+
+    `ident` is the @id of the entity at fault."""
+
+    def __init__(self, message: str, /, *, ident: str) -> None:
+        super().__init__(message)
+        self.ident = ident

@@ -9,7 +9,7 @@ from typing import Any
 
 from bundle import layout
 from bundle.canonical import dumps, loads_strict
-from bundle.crate_terms import NO_LICENSE, ROOT
+from bundle.crate_graph import entities, stated_publication
 from bundle.errors import BundleError
 from bundle.layout import PREDICATE_TYPE, STATEMENT_TYPE
 from bundle.schemas import schema_id, schema_sha256, validate
@@ -60,29 +60,11 @@ def _read(bag: Path, rel: str) -> bytes:
         ) from exc
 
 
-def _ref_ids(value: Any) -> list[str]:
-    """The @ids of a crate property holding one reference or a list of them."""
-    return [v["@id"] for v in (value if isinstance(value, list) else [value] if value else [])]
-
-
 def publication_from_crate(crate: Mapping[str, Any]) -> dict[str, Any]:
     """The predicate's `publication`: the licence, publisher, authors and contact the crate's
-    root states (FORMAT.md "Predicate"); null or empty where it states none."""
-    graph = {e["@id"]: e for e in crate["@graph"]}
-    root = graph[ROOT]
-
-    def party(ident: str) -> dict[str, Any]:
-        return {"name": graph[ident]["name"], "id": None if ident.startswith("#") else ident}
-
-    licenses = [i for i in _ref_ids(root.get("license")) if i != NO_LICENSE]
-    publishers = _ref_ids(root.get("publisher"))
-    contacts = _ref_ids(graph[publishers[0]].get("contactPoint")) if publishers else []
-    return {
-        "license": licenses[0] if licenses else None,
-        "publisher": party(publishers[0]) if publishers else None,
-        "authors": [party(i) for i in _ref_ids(root.get("author"))],
-        "contact": graph[contacts[0]]["email"] if contacts else None,
-    }
+    root states (FORMAT.md "Predicate"), read as every reader of the format reads them
+    (bundle.crate_graph.stated_publication); null or empty where it states none."""
+    return stated_publication(entities(crate))
 
 
 def predicate_from_payload(bag: Path) -> dict[str, Any]:

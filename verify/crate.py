@@ -23,20 +23,21 @@ from typing import Any
 
 from bundle import layout
 from bundle.canonical import dumps, loads_strict
+from bundle.crate_graph import refs, types_of
+from bundle.crate_graph import stated_publication as read_publication
 from bundle.crate_terms import (
     CONTEXT,
     DESCRIPTOR,
     FINGERPRINT_PROPERTY,
     INPUTS,
     MEDIA_TYPES,
-    NO_LICENSE,
     PROFILE,
     ROOT,
     RUN,
     SOFTWARE_ID,
 )
 from bundle.crate_terms import VOLATILE as MAY_OMIT_HASH
-from bundle.errors import CanonicalJSONError
+from bundle.errors import CanonicalJSONError, CrateError
 from bundle.views.crate import crate_bytes
 from verify import renderer
 from verify.context import Context
@@ -47,18 +48,6 @@ _ABSOLUTE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 Graph = dict[str, dict[str, Any]]
-
-
-def _types(entity: dict[str, Any]) -> list[str]:
-    t = entity.get("@type")
-    return [t] if isinstance(t, str) else list(t) if isinstance(t, list) else []
-
-
-def _refs(value: Any) -> list[str]:
-    """The @ids of a property that holds one reference or a list of them ([] for anything else)."""
-    items = value if isinstance(value, list) else [value]
-    return [v["@id"] for v in items if isinstance(v, dict) and set(v) == {"@id"}
-            and isinstance(v["@id"], str)]
 
 
 def _all_refs(value: Any) -> Iterator[str]:
@@ -77,8 +66,8 @@ def _entity(graph: Graph, ident: str, kind: str) -> dict[str, Any]:
     entity = graph.get(ident)
     if entity is None:
         raise Failed(f"the crate has no entity {ident!r}.")
-    if kind not in _types(entity):
-        raise Failed(f"the crate's {ident!r} is a {_types(entity)}, not a {kind}.")
+    if kind not in types_of(entity):
+        raise Failed(f"the crate's {ident!r} is a {types_of(entity)}, not a {kind}.")
     return entity
 
 
@@ -111,9 +100,9 @@ def parse(data: bytes) -> tuple[str, Graph]:
             raise Failed(f"the @id {entity['@id']!r} appears twice in @graph.")
         graph[entity["@id"]] = entity
     descriptor = _entity(graph, DESCRIPTOR, "CreativeWork")
-    if PROFILE not in _refs(descriptor.get("conformsTo")):
+    if PROFILE not in refs(descriptor.get("conformsTo")):
         raise Failed(f"the metadata descriptor does not conform to {PROFILE}.")
-    if _refs(descriptor.get("about")) != [ROOT]:
+    if refs(descriptor.get("about")) != [ROOT]:
         raise Failed("the metadata descriptor is not about the root './'.")
     root = _entity(graph, ROOT, "Dataset")
     for key in ("name", "description"):
@@ -122,7 +111,7 @@ def parse(data: bytes) -> tuple[str, Graph]:
     if not isinstance(root.get("datePublished"), str) or not _DATE.fullmatch(root["datePublished"]):
         raise Failed(f"the root's datePublished is {str(root.get('datePublished'))[:40]!r}, "
                      "expected YYYY-MM-DD.")
-    if not _refs(root.get("license")):
+    if not refs(root.get("license")):
         raise Failed("the root names no license entity.")
     dangling = sorted({r for e in graph.values() for k, v in e.items() if k != "@id"
                        for r in _all_refs(v) if r not in graph and not _ABSOLUTE.match(r)})
@@ -135,7 +124,7 @@ def check_files(graph: Graph, files: dict[str, bytes], sha256: dict[str, str]) -
     """File entities = payload minus the crate, hashes and sizes of the bag's bytes, reachable
     from the root through hasPart."""
     payload = {p.removeprefix("data/") for p in files if p != layout.RO_CRATE_JSON}
-    described = {i for i, e in graph.items() if "File" in _types(e)}
+    described = {i for i, e in graph.items() if "File" in types_of(e)}
     problems = []
     if described - payload:
         problems.append(f"it describes files the bag lacks: {sorted(described - payload)[:5]}")
@@ -163,7 +152,7 @@ def check_files(graph: Graph, files: dict[str, bytes], sha256: dict[str, str]) -
         if ident in reached or ident not in graph:
             continue
         reached.add(ident)
-        todo += _refs(graph[ident].get("hasPart"))
+        todo += refs(graph[ident].get("hasPart"))
     unreached = sorted(described - reached)
     if unreached:
         problems.append(f"{unreached[:5]} are not parts of the root (hasPart)")
@@ -177,7 +166,7 @@ def check_files(graph: Graph, files: dict[str, bytes], sha256: dict[str, str]) -
 
 def _parts(graph: Graph, entity: dict[str, Any]) -> list[tuple[Any, Any, Any]]:
     out = []
-    for ident in _refs(entity.get("hasPart")):
+    for ident in refs(entity.get("hasPart")):
         part = graph.get(ident, {})
         out.append((part.get("name"), part.get("sha256"), part.get("contentSize")))
     return sorted(out, key=repr)
@@ -189,10 +178,10 @@ def check_run(graph: Graph, files: list[str], resources: dict[str, Any],
     names environment.json's commit and image."""
     run = _entity(graph, RUN, "CreateAction")
     problems = []
-    objects = _refs(run.get("object"))
+    objects = refs(run.get("object"))
     if sorted(objects) != sorted([PROTOCOL, *INPUTS.values()]) or len(objects) != 3:
         problems.append(f"#run reads {objects}, expected {[PROTOCOL, *INPUTS.values()]}")
-    results = set(_refs(run.get("result")))
+    results = set(refs(run.get("result")))
     want = {p.removeprefix("data/") for p in files} - {PROTOCOL, DESCRIPTOR}
     want -= {p for p in MAY_OMIT_HASH if p not in graph}  # left out of the crate: no result
     if results != want:
@@ -212,12 +201,12 @@ def check_run(graph: Graph, files: list[str], resources: dict[str, Any],
         if _parts(graph, entity) != listed:
             problems.append(f"{ident}'s parts (name, sha256, size) are not resources.json's "
                             f"{kind} files")
-    software = [graph[i] for i in _refs(run.get("instrument")) if i in graph]
-    if len(software) != 1 or "SoftwareApplication" not in _types(software[0]):
+    software = [graph[i] for i in refs(run.get("instrument")) if i in graph]
+    if len(software) != 1 or "SoftwareApplication" not in types_of(software[0]):
         problems.append("#run's instrument is not one SoftwareApplication")
     else:
         for key, prop in (("git_commit", "identifier"), ("image", "additionalProperty")):
-            values = [graph[i].get("value") for i in _refs(software[0].get(prop)) if i in graph]
+            values = [graph[i].get("value") for i in refs(software[0].get(prop)) if i in graph]
             recorded = environment.get(key)
             if values != ([recorded] if recorded else []):
                 problems.append(f"the software's {prop} is {values}, environment.json's {key} "
@@ -239,7 +228,7 @@ def check_signer(graph: Graph, signer_fingerprint: str, bagging_date: str) -> st
     if value != signer_fingerprint:
         raise Failed(f"the crate names signer {str(value)[:16]}…, the bag is signed by "
                      f"{signer_fingerprint[:16]}….")
-    if keys[0]["@id"] not in _refs(graph[ROOT].get("mentions")):
+    if keys[0]["@id"] not in refs(graph[ROOT].get("mentions")):
         raise Failed("the root does not mention the signer key entity.")
     published = graph[ROOT]["datePublished"]
     if published != bagging_date:
@@ -247,32 +236,13 @@ def check_signer(graph: Graph, signer_fingerprint: str, bagging_date: str) -> st
     return f"signer {signer_fingerprint[:16]}… as in the bag; datePublished {published}"
 
 
-def _party(graph: Graph, ident: str) -> dict[str, Any]:
-    entity = graph.get(ident, {})
-    if not {"Person", "Organization"} & set(_types(entity)) or not isinstance(entity.get("name"), str):
-        raise Failed(f"the crate's {ident!r} is not a Person or Organization with a name.")
-    return {"name": entity["name"], "id": None if ident.startswith("#") else ident}
-
-
 def stated_publication(graph: Graph) -> dict[str, Any]:
-    """The licence, publisher, authors and the publisher's contact e-mail the root states, in
-    the predicate's shape (FORMAT.md "Predicate"): null or empty where it states none."""
-    root = graph[ROOT]
-    licenses = [i for i in _refs(root.get("license")) if i != NO_LICENSE]
-    publishers = _refs(root.get("publisher"))
-    if len(licenses) > 1 or len(publishers) > 1:
-        raise Failed("the crate's root names more than one license or publisher.")
-    contact = None
-    if publishers:
-        points = _refs(graph.get(publishers[0], {}).get("contactPoint"))
-        emails = [graph.get(i, {}).get("email") for i in points if "ContactPoint" in _types(graph.get(i, {}))]
-        if len(emails) != len(points) or len(emails) > 1:
-            raise Failed("the publisher's contactPoint is not one ContactPoint entity with an email.")
-        contact = emails[0] if emails else None
-    return {"license": licenses[0] if licenses else None,
-            "publisher": _party(graph, publishers[0]) if publishers else None,
-            "authors": [_party(graph, i) for i in _refs(root.get("author"))],
-            "contact": contact}
+    """The publication the crate's root states, read as the format defines it
+    (bundle.crate_graph.stated_publication); Failed on a graph the format never writes."""
+    try:
+        return read_publication(graph)
+    except CrateError as exc:
+        raise Failed(str(exc)) from exc
 
 
 def check_publication(graph: Graph, signed: Any) -> str:

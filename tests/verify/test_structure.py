@@ -20,6 +20,10 @@ ALLOWED_FROM_BUNDLE = {
     ("bundle.errors", "EnvelopeError"),
     ("bundle.errors", "SignatureThresholdError"),
     ("bundle.dsse", "Envelope"),
+    ("bundle.crate_graph", "refs"),
+    ("bundle.crate_graph", "types_of"),
+    ("bundle.crate_graph", "stated_publication"),
+    ("bundle.errors", "CrateError"),
     ("bundle.keys", "fingerprint"),
     ("bundle.schemas", "SCHEMA_DIR"),
     ("bundle.views", "RENDERER_PACKAGE"),
@@ -36,7 +40,8 @@ ALLOWED_FROM_BUNDLE = {
     ("bundle.views.sweep", "render_sweep_views"),
 }
 """The definitions verify/ shares with the writer: layout names, canonical JSON, the DSSE
-`Envelope` type (its decoding, PAE and signature check, and its errors), the key fingerprint,
+`Envelope` type (its decoding, PAE and signature check, and its errors), the reading of a
+crate's graph (an entity's types, its references, the publication the root states), the key fingerprint,
 where the schemas live; and the renderers of the views (bundle.views), which lay
 out records the verifier has checked with its own code, so that it can require the bundle's
 report, figures and crate to be exactly their rendering (verify/README.md, "One reader of the
