@@ -163,8 +163,8 @@ def envelope(ctx: Context) -> str:
         raise Failed(f"the bundle is unsigned: {layout.PROVENANCE} is missing, so nothing "
                      "ties the payload to a signer.")
     ctx.envelope = parse_envelope(tree.files[layout.PROVENANCE])
-    schemacheck.validate(loads_strict(tree.files[layout.PROVENANCE]), "envelope",
-                         layout.PROVENANCE)
+    # to_dict gives back the very document read (canonical base64 only), so it is what the schema sees
+    schemacheck.validate(ctx.envelope.to_dict(), "envelope", layout.PROVENANCE)
     count = len(ctx.envelope.signatures)
     return (f"DSSE envelope, payloadType {ctx.envelope.payload_type}, {count} signature"
             + ("s" if count > 1 else ""))
