@@ -12,7 +12,7 @@ from typing import Any, Final, TypeVar
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from bundle import layout
-from verify.documents import Envelope, PoolData
+from verify.parsed import Envelope, PoolData
 from verify.result import Failed, Skipped
 from verify.tree import BagTree
 

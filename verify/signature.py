@@ -22,7 +22,7 @@ from bundle.errors import CanonicalJSONError
 from bundle.keys import fingerprint
 from verify import bag, limits, schemacheck
 from verify.context import Context
-from verify.documents import Envelope, Signature
+from verify.parsed import Envelope, Signature
 from verify.result import Failed, InputError, Skipped
 
 

@@ -18,7 +18,7 @@ from bundle.keys import fingerprint
 from bundle.layout import PAYLOAD_TYPE
 from bundle.schemas import validate
 from verify import signature
-from verify.documents import Envelope
+from verify.parsed import Envelope
 from verify.result import Failed
 
 KEY = Ed25519PrivateKey.generate()
