@@ -14,9 +14,9 @@ from typing import Any
 from bundle.layout import DEFAULT_LOGIT_TOLERANCE
 from bundle.userfile import PROTOCOL_BYTES
 from job.dataset import DatasetSpec
-from job.documents import read_checked
 from job.errors import JobError
 from job.labelmap import LabelMap
+from job.user_documents import read_checked
 
 DEFAULT_PROTOCOL = Path(__file__).resolve().parent.parent / "provenance.json"
 

@@ -12,9 +12,9 @@ from typing import Any
 
 from bundle.digests import sha256_file
 from bundle.userfile import DOCUMENT_BYTES, read_user_file
-from job.documents import read_checked
 from job.errors import JobError
 from job.hub import Fetch, LfsLookup, hub_fetch, hub_lfs_sha256, offline
+from job.user_documents import read_checked
 
 PINS_FILE = "first-use-pins.json"
 LFS_PINS_FILE = "hub-lfs-pins.json"
