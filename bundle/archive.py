@@ -17,7 +17,7 @@ from pathlib import Path
 from bundle import layout
 from bundle.errors import BundleError, OutputExistsError
 from bundle.publish import rename_noreplace
-from bundle.tree import walk_regular
+from bundle.walk import walk_regular
 
 
 def _epoch() -> int:
