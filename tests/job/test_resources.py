@@ -131,5 +131,5 @@ def test_real_checkpoint_small_files_match_the_published_pins():
 def test_committed_standin_lock_is_valid():
     from job.resources import load_lock
 
-    lock = load_lock(REPO / "job" / "resources" / "standin.json")
+    lock = load_lock(REPO / "job" / "locks" / "standin.json")
     assert lock["dataset"]["rows"] == 872
