@@ -477,7 +477,7 @@ def card() -> str:
 def test_the_lock_route_and_the_hub_route_write_the_same_protocol_bytes(world, tmp_path, monkeypatch):
     from job.cli import _parser
     from job.hub import hub_fetch
-    from job.init import Hub, run_init
+    from job.protocol_init import Hub, run_init
     from tests.job.test_hub_download import LocalHub
 
     monkeypatch.delenv("HF_HUB_OFFLINE")
