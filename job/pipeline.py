@@ -14,6 +14,7 @@ from bundle import layout
 from job.arithmetic import arithmetic_record
 from job.artifacts import Artifacts
 from job.batching import Tokenized
+from job.bootstrap import bootstrap_record
 from job.calibration import TemperatureFit, fit_temperature, softmax
 from job.dataset import Rows, load_rows
 from job.engines import Engine, LocalEngine, open_engine
@@ -34,7 +35,6 @@ from job.rocrate import Publication, crate_bytes
 from job.runtime import Settings, release_free_heap, use_system_arrow_pool
 from job.split import Pool, make_pools
 from job.stability import stability_record
-from job.uncertainty import bootstrap_record
 
 if TYPE_CHECKING:
     from job.sharded import ShardOptions

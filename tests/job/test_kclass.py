@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from job.bootstrap import bootstrap_indices, bootstrap_record
 from job.metrics import compute_metrics
 from job.predictions import read_logits
 from job.protocol import StabilitySpec, load_protocol
 from job.report import check_report, load_docs, report_markdown
 from job.stability import stability_record
-from job.uncertainty import bootstrap_indices, bootstrap_record
 from tests.factory import make_world
 
 REPO = Path(__file__).resolve().parents[2]

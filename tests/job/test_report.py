@@ -16,6 +16,7 @@ from bundle.canonical import dumps, loads_strict
 from bundle.layout import data_name
 from bundle.views.report import FIGURE_FILES
 from bundle.views.report import report_markdown as render
+from job.bootstrap import bootstrap_record
 from job.figures import render_figures
 from job.protocol import StabilitySpec, load_protocol
 from job.report import (
@@ -28,7 +29,6 @@ from job.report import (
     report_markdown,
 )
 from job.stability import stability_record
-from job.uncertainty import bootstrap_record
 
 
 @pytest.fixture
