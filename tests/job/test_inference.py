@@ -28,7 +28,6 @@ from job.forward_check import (
     first_padded_batch,
     reference_forward,
     sparse_word_table,
-    ulps,
     unpadded_batch,
 )
 from job.inference import run_pool
@@ -314,14 +313,6 @@ def test_the_unpadded_check_batch_is_the_longest_rows_cut_to_the_shortest_of_the
     ids, mask = unpadded_batch(enc, ["e", "d", "c", "b", "a"], rows=3)
     assert ids.tolist() == [[101, 11, 12, 13], [101, 6, 7, 8], [101, 9, 10, 102]]  # ties by key: "a" before "d"
     assert mask.tolist() == [[1, 1, 1, 1]] * 3 and ids.dtype == mask.dtype == np.int64
-
-
-def test_ulps_count_the_floats_between_two_values():
-    one = np.float32(1.0)
-    a = np.array([one, np.float32(0.0), -np.float32(1e-45), one, np.float32(-2.0)], dtype=np.float32)
-    b = np.array([np.nextafter(one, np.float32(2)), -np.float32(0.0), np.float32(1e-45), one,
-                  np.nextafter(np.float32(-2.0), np.float32(0))], dtype=np.float32)
-    assert ulps(a, b).tolist() == [1, 0, 2, 0, 1]
 
 
 def test_the_forward_check_records_both_batches(tiny_world):
