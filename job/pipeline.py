@@ -170,8 +170,8 @@ def metrics_record(protocol: Protocol, art: Artifacts, beta: float, temperature:
     audit = pools[AUDIT]["raw"]
     return {"protocol_sha256": protocol.sha256, "temperature_sha256": art.digest(layout.TEMPERATURE_JSON),
             "beta": beta, "temperature": 1.0 / beta, "argmax_unchanged": unchanged, "pools": pools,
-            "warnings": run_warnings(audit["accuracy"], len(protocol.resources["dataset"]["labels"]), temperature),
-            "truncation": {name: truncation_of(art.path(layout.PREDICTIONS[name]), protocol.inference["max_length"])
+            "warnings": run_warnings(audit["accuracy"], len(protocol.resources.dataset.labels), temperature),
+            "truncation": {name: truncation_of(art.path(layout.PREDICTIONS[name]), protocol.inference.max_length)
                            for name in (AUDIT, CAL)}}
 
 

@@ -158,7 +158,7 @@ def build(out: Path, key: Ed25519PrivateKey, shape: Shape, seed: int = 0) -> Pat
         tokens = rng.integers(4, 60, n)
         keys = [e["split_key"] for e in entries]
         output = PoolOutput(z, tokens, np.zeros(n, dtype=bool),
-                            _batches(keys, tokens, protocol.inference["batch_size"]), tokens)
+                            _batches(keys, tokens, protocol.inference.batch_size), tokens)
         path = layout.PREDICTIONS[name]
         art.write_table(path, predictions_table(np.array([e["idx"] for e in entries]), tuple(keys),
                                                 tuple(e["text_sha256"] for e in entries), y, output))

@@ -42,9 +42,7 @@ needs_shared = pytest.mark.skipif(not STANDIN.is_dir() or not SST2.is_file(), re
 
 
 def settings(threads: int = 1) -> Settings:
-    inference = load_protocol().inference
-    inference["torch_threads"] = threads
-    return Settings.from_protocol(inference)
+    return Settings.from_protocol(dataclasses.replace(load_protocol().inference, torch_threads=threads))
 
 
 def tiny_texts(tiny_world: tuple[Path, Path]) -> tuple[Path, list[str]]:
@@ -271,9 +269,7 @@ def test_loading_stays_off_transformers_modeling_stack(tiny_world):
 
 def test_sdpa_protocol_uses_transformers(tiny_world):
     model_dir, _ = tiny_texts(tiny_world)
-    inference = load_protocol().inference
-    inference["attn_implementation"] = "sdpa"
-    s = Settings.from_protocol(inference)
+    s = Settings.from_protocol(dataclasses.replace(load_protocol().inference, attn_implementation="sdpa"))
     model = load_model(model_dir, s)
     assert not model.packed and isinstance(model.forward, TransformersForward)
     assert model.forward.name.endswith(".DistilBertForSequenceClassification")
