@@ -15,7 +15,7 @@ from typing import Any
 from bundle.layout import DEFAULT_LOGIT_TOLERANCE
 from bundle.userfile import PROTOCOL_BYTES
 from job.dataset import DatasetSpec
-from job.errors import JobError
+from job.errors import JobError, ProtocolBeyondLimits
 from job.labelmap import LabelMap
 from job.user_documents import read_checked
 
@@ -280,8 +280,9 @@ def require_verifiable(doc: dict[str, Any]) -> None:
     try:
         dimensions(doc)
     except ProtocolOutOfBounds as exc:
-        raise JobError(f"The protocol is beyond the format's limits ({exc}), so no verifier would read its "
-                       "bundle; change the protocol (bundle/FORMAT.md, \"Limits\").") from exc
+        raise ProtocolBeyondLimits(f"The protocol is beyond the format's limits ({exc}), so no verifier would "
+                                   "read its bundle; change the protocol (bundle/FORMAT.md, \"Limits\").",
+                                   reason=str(exc)) from exc
 
 
 def load_protocol(path: Path = DEFAULT_PROTOCOL) -> Protocol:

@@ -12,7 +12,7 @@ from typing import Any
 
 from bundle.digests import sha256_file
 from bundle.userfile import DOCUMENT_BYTES, read_user_file
-from job.errors import JobError
+from job.errors import JobError, PinMismatch
 from job.hub import Fetch, LfsLookup, hub_fetch, hub_lfs_sha256, offline
 from job.protocol import RepoPin, ResourcesSpec
 from job.user_documents import read_checked
@@ -83,15 +83,17 @@ def check_file(label: str, local: Path, size: int | None, sha256: str | None,
     `pin_source` says where `sha256` comes from, for the message."""
     if not local.is_file():
         raise JobError(f"{label} is missing: no file at {local}; fetch it with `python -m job prepare` "
-                       "or fix the path in the resource lock.")
+                       "or fix the path in the resource lock.", path=str(local), reason="missing")
     found_size = local.stat().st_size
     if size is not None and found_size != size:
-        raise JobError(f"{label} at {local} has {found_size} bytes, expected {size}; "
-                       "it is not the pinned file: fetch it again or fix the lock.")
+        raise PinMismatch(f"{label} at {local} has {found_size} bytes, expected {size}; "
+                          "it is not the pinned file: fetch it again or fix the lock.",
+                          path=str(local), field="size", expected=size, found=found_size)
     digest = sha256_file(local)
     if sha256 is not None and digest != sha256:
-        raise JobError(f"{label} at {local} has sha256 {digest}, expected {sha256} ({pin_source}); "
-                       "it is not the pinned file: fetch it again or fix the lock.")
+        raise PinMismatch(f"{label} at {local} has sha256 {digest}, expected {sha256} ({pin_source}); "
+                          "it is not the pinned file: fetch it again or fix the lock.",
+                          path=str(local), field="sha256", expected=sha256, found=digest)
     return found_size, digest
 
 
