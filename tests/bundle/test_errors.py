@@ -15,6 +15,7 @@ from bundle.canonical import MAX_JSON_DEPTH, dumps, loads_strict, require_canoni
 from bundle.errors import BundleError, CanonicalJSONError, KeyFileError, OutputExistsError, SchemaViolation
 from bundle.keys import generate, load_private_key
 from bundle.schemas import validate
+from bundle.walk import walk_regular
 from tests.factory import REPO
 
 PROTOCOL = json.loads((REPO / "provenance.json").read_text())
@@ -109,3 +110,13 @@ def test_details_cannot_be_changed_after_the_fact() -> None:
     exc = BundleError("Something is wrong; do this.", path="x")
     with pytest.raises(TypeError):
         exc.details["path"] = "y"  # type: ignore[index]
+
+
+def test_a_link_in_a_bundle_is_named_relative_to_the_bundle(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "bagit.txt").write_bytes(b"x")
+    (tmp_path / "data" / "link").symlink_to(tmp_path / "bagit.txt")
+    with pytest.raises(BundleError) as info:
+        list(walk_regular(tmp_path, tmp_path))
+    _one_sentence(info.value)
+    assert dict(info.value.details) == {"path": "data/link", "reason": "symlink"}
