@@ -53,8 +53,8 @@ ARG SOURCE_DATE_EPOCH=1767225600
 ARG CALIBRATION_IMAGE=calibration-job
 # The commit the COPYed sources come from (`-dirty` if they differ from it); the job records it.
 ARG CALIBRATION_GIT_COMMIT=
-# job/resources/standin.json names files as ../../../shared/fixtures/...; relative to /app/job/
-# resources that is /shared/fixtures, where `make run`/docker-test mount the fixtures read-only.
+# job/locks/standin.json names files as ../../../shared/fixtures/...; relative to /app/job/
+# locks that is /shared/fixtures, where `make run`/docker-test mount the fixtures read-only.
 ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     VIRTUAL_ENV=/opt/venv \
     PYTHONPATH=/app \

@@ -34,10 +34,10 @@ lint: ## ruff (lint rules and the line-length limit) + strict mypy; both pinned 
 	$(PY) -m mypy
 
 standin-run: ## full job on the stand-in resources: make standin-run OUT=DIR [KEY=signing-key.pem]
-	$(PY) -m job run --resources job/resources/standin.json --out $(OUT) $(if $(KEY),--signing-key $(KEY),--ephemeral-key)
+	$(PY) -m job run --resources job/locks/standin.json --out $(OUT) $(if $(KEY),--signing-key $(KEY),--ephemeral-key)
 
 smoke: ## 8-row smoke test on the stand-in resources
-	$(PY) -m job smoke --resources job/resources/standin.json
+	$(PY) -m job smoke --resources job/locks/standin.json
 
 verify: ## verify a bundle without torch: make verify BUNDLE=DIR|TAR.GZ [TRUSTED_KEY=PUB.pem]
 	$(PY) -m verify $(BUNDLE) $(if $(TRUSTED_KEY),--trusted-key $(TRUSTED_KEY))
@@ -100,13 +100,13 @@ image: wheelhouse ## build the job image $(IMAGE) offline (docker build --networ
 	  -t $(IMAGE) . && \
 	docker image inspect -f 'image: {{.Id}} {{.Size}} bytes' $(IMAGE)
 
-run: ## job in the container: make run [NAME=formal] [OUTDIR=out] [KEYDIR=keys] [CACHE=$$HF_HOME] [RESOURCES=job/resources/standin.json]
+run: ## job in the container: make run [NAME=formal] [OUTDIR=out] [KEYDIR=keys] [CACHE=$$HF_HOME] [RESOURCES=job/locks/standin.json]
 	IMAGE=$(IMAGE) OUTDIR=$(OUTDIR) CACHE=$(CACHE) KEYDIR=$(KEYDIR) \
 	  $(if $(RESOURCES),FIXTURES=$(FIXTURES)) bash scripts/docker-run.sh \
 	  run --out /out/$(NAME) --signing-key /keys/signing-key.pem --no-progress \
 	  $(if $(RESOURCES),--resources /app/$(RESOURCES))
 
-reproduce: ## re-run a bundle's inference in the container, sign what it found: make reproduce BUNDLE=DIR|TAR.GZ KEYDIR=keys [CACHE=$$HF_HOME] [OUTDIR=out] [ATTESTATION=name.json] [RESOURCES=job/resources/standin.json] [SAMPLE=N SEED=S]
+reproduce: ## re-run a bundle's inference in the container, sign what it found: make reproduce BUNDLE=DIR|TAR.GZ KEYDIR=keys [CACHE=$$HF_HOME] [OUTDIR=out] [ATTESTATION=name.json] [RESOURCES=job/locks/standin.json] [SAMPLE=N SEED=S]
 	@test -n "$(BUNDLE)" || { echo "reproduce: pass BUNDLE=DIR|TAR.GZ, the bundle to re-run" >&2; exit 2; }
 	IMAGE=$(IMAGE) OUTDIR=$(OUTDIR) CACHE=$(CACHE) KEYDIR=$(KEYDIR) BUNDLE=$(BUNDLE) \
 	  $(if $(RESOURCES),FIXTURES=$(FIXTURES)) bash scripts/docker-run.sh \
@@ -115,7 +115,7 @@ reproduce: ## re-run a bundle's inference in the container, sign what it found: 
 	  $(if $(RESOURCES),--resources /app/$(RESOURCES)) $(if $(SAMPLE),--sample $(SAMPLE) --seed $(SEED))
 
 docker-smoke: ## 8-row smoke test in the container on the stand-in resources (no network)
-	IMAGE=$(IMAGE) FIXTURES=$(FIXTURES) bash scripts/docker-run.sh smoke --resources /app/job/resources/standin.json
+	IMAGE=$(IMAGE) FIXTURES=$(FIXTURES) bash scripts/docker-run.sh smoke --resources /app/job/locks/standin.json
 
 docker-test: ## build the image and check container runs are byte-identical to a host run
 	bash scripts/docker-test.sh

@@ -17,7 +17,7 @@ from pathlib import Path
 from bundle import layout
 from bundle.errors import BundleError, OutputExistsError
 from bundle.publish import rename_noreplace
-from bundle.tree import walk_regular
+from bundle.walk import walk_regular
 
 
 def _epoch() -> int:
@@ -67,7 +67,7 @@ def archive(bag_dir: Path, out_tar_gz: Path | None = None) -> Path:
         )
     out = Path(os.path.abspath(out_tar_gz)) if out_tar_gz else bag.with_name(bag.name + ".tar.gz")
     if os.path.lexists(out):
-        raise OutputExistsError(f"Archive {out} already exists; choose a new --out or remove it.")
+        raise OutputExistsError(f"Archive {out} already exists; choose a new --out or remove it.", path=str(out))
     if out == bag or bag in out.parents:
         raise BundleError(f"Archive {out} would be inside the bundle; write it elsewhere.")
     mtime = _epoch()
@@ -103,7 +103,7 @@ def archive(bag_dir: Path, out_tar_gz: Path | None = None) -> Path:
     except OSError as exc:
         if exc.errno == errno.EEXIST:
             raise OutputExistsError(
-                f"Archive {out} already exists; choose a new --out or remove it."
+                f"Archive {out} already exists; choose a new --out or remove it.", path=str(out)
             ) from exc
         raise BundleError(f"Cannot write {out} ({exc.strerror}); choose a writable --out.") from exc
     finally:

@@ -50,12 +50,12 @@ def write_attestation(path: Path, data: bytes) -> None:
     path = Path(path)
     if os.path.lexists(path):
         raise OutputExistsError(f"{path} already exists and attestations are never overwritten; choose "
-                                "another --out.")
+                                "another --out.", path=str(path))
     try:
         write_atomic(path, data, replace=False)
     except FileExistsError as exc:
         raise OutputExistsError(f"{path} appeared while the attestation was written; choose another "
-                                "--out.") from exc
+                                "--out.", path=str(path)) from exc
     except OSError as exc:
         raise BundleError(f"Cannot write the attestation {path} ({exc.strerror}); check free space and "
                           "permissions there (no attestation was written).") from exc

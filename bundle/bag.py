@@ -32,7 +32,7 @@ from bundle.statement import (
     schemas_map,
     statement_bytes,
 )
-from bundle.tree import walk_regular
+from bundle.walk import walk_regular
 
 __all__ = [
     "bagging_date",

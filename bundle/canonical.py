@@ -36,8 +36,8 @@ def _check(obj: Any, path: str, source: str | None) -> None:
             if type(key) is not str:
                 raise CanonicalJSONError(
                     f"JSON object keys must be str but {_where(path, source)} has key {key!r} "
-                    f"of type {type(key).__name__}; convert the key to str before writing."
-                )
+                    f"of type {type(key).__name__}; convert the key to str before writing.",
+                    source=source, reason="key-not-str", at=path)
             _check(value, f"{path}.{key}" if key.isidentifier() else f"{path}[{key!r}]", source)
     elif kind is list or kind is tuple:
         for i, value in enumerate(obj):
@@ -46,13 +46,12 @@ def _check(obj: Any, path: str, source: str | None) -> None:
         if not math.isfinite(obj):
             raise CanonicalJSONError(
                 f"{_where(path, source)} is {obj!r}, which canonical JSON cannot hold; "
-                "write a finite number or null."
-            )
+                "write a finite number or null.", source=source, reason="not-finite", at=path)
     elif kind not in _SCALARS:
         raise CanonicalJSONError(
             f"{_where(path, source)} is a {kind.__module__}.{kind.__qualname__}, not a plain JSON "
-            "type; convert it first (for example float(x), int(x) or x.tolist())."
-        )
+            "type; convert it first (for example float(x), int(x) or x.tolist()).",
+            source=source, reason="not-json-type", at=path)
 
 
 def dumps(obj: Any, *, source: str | None = None) -> bytes:
@@ -66,8 +65,7 @@ def dumps(obj: Any, *, source: str | None = None) -> bytes:
     except UnicodeEncodeError as exc:
         raise CanonicalJSONError(
             f"{source or 'The document'} holds a string that is not valid Unicode ({exc.reason}); "
-            "remove lone surrogates before writing."
-        ) from exc
+            "remove lone surrogates before writing.", source=source, reason="not-unicode") from exc
 
 
 def _reject_constant(name: str) -> NoReturn:
@@ -115,19 +113,20 @@ def loads_strict(data: bytes | str, *, source: str = "The document",
     if len(data) > max_bytes:
         raise CanonicalJSONError(
             f"{source} is {len(data):,} {'bytes' if isinstance(data, bytes) else 'characters'} "
-            f"long, over the {max_bytes:,} allowed; it is not a file the job wrote."
-        )
+            f"long, over the {max_bytes:,} allowed; it is not a file the job wrote.",
+            source=source, reason="too-long")
     if isinstance(data, bytes):
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise CanonicalJSONError(
-                f"{source} is not valid UTF-8 (byte {exc.start}); write it as UTF-8 JSON."
-            ) from exc
+                f"{source} is not valid UTF-8 (byte {exc.start}); write it as UTF-8 JSON.",
+                source=source, reason="not-utf8") from exc
     else:
         text = data
     if text.startswith("\ufeff"):
-        raise CanonicalJSONError(f"{source} starts with a byte-order mark; write it without one.")
+        raise CanonicalJSONError(f"{source} starts with a byte-order mark; write it without one.",
+                                 source=source, reason="byte-order-mark")
 
     def pairs(items: list[tuple[str, Any]]) -> Any:
         out: dict[str, Any] = {}
@@ -149,19 +148,18 @@ def loads_strict(data: bytes | str, *, source: str = "The document",
     except json.JSONDecodeError as exc:
         raise CanonicalJSONError(
             f"{source} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
-            "regenerate the file."
-        ) from exc
+            "regenerate the file.", source=source, reason="invalid-json") from exc
     except ValueError as exc:
         raise CanonicalJSONError(
-            f"{source} is not strict JSON ({exc}); regenerate the file with canonical JSON."
-        ) from exc
+            f"{source} is not strict JSON ({exc}); regenerate the file with canonical JSON.",
+            source=source, reason="not-strict") from exc
     except RecursionError as exc:
-        raise CanonicalJSONError(f"{source} is nested too deeply to parse; regenerate it.") from exc
+        raise CanonicalJSONError(f"{source} is nested too deeply to parse; regenerate it.",
+                                 source=source, reason="too-deep") from exc
     if _depth(doc) > MAX_JSON_DEPTH:
         raise CanonicalJSONError(
             f"{source} nests arrays and objects deeper than {MAX_JSON_DEPTH} levels; it is not a "
-            "file the job wrote."
-        )
+            "file the job wrote.", source=source, reason="too-deep")
     return doc
 
 
@@ -171,6 +169,5 @@ def require_canonical(data: bytes, *, source: str) -> Any:
     if dumps(doc) != data:
         raise CanonicalJSONError(
             f"{source} is valid JSON but not canonical (sorted keys, no spaces, one trailing "
-            "newline); write it with bundle.canonical.dumps."
-        )
+            "newline); write it with bundle.canonical.dumps.", source=source, reason="not-canonical")
     return doc

@@ -51,7 +51,8 @@ def generate(out_dir: Path, *, passphrase: bytes | None = None) -> str:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise KeyFileError(
-            f"Cannot create key directory {out_dir} ({exc.strerror}); choose another --out."
+            f"Cannot create key directory {out_dir} ({exc.strerror}); choose another --out.",
+            path=str(out_dir), reason="unwritable"
         ) from exc
     private_path = out_dir / PRIVATE_KEY_NAME
     public_path = out_dir / PUBLIC_KEY_NAME
@@ -59,7 +60,7 @@ def generate(out_dir: Path, *, passphrase: bytes | None = None) -> str:
         if os.path.lexists(path):
             raise KeyFileError(
                 f"{path} already exists and keys are never overwritten; choose "
-                "another --out or move the old key away."
+                "another --out or move the old key away.", path=str(path), reason="exists"
             )
     key = Ed25519PrivateKey.generate()
     encryption: serialization.KeySerializationEncryption = (
@@ -74,7 +75,8 @@ def generate(out_dir: Path, *, passphrase: bytes | None = None) -> str:
         fd = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError as exc:
         raise KeyFileError(
-            f"Cannot create {private_path} ({exc.strerror}); choose another --out."
+            f"Cannot create {private_path} ({exc.strerror}); choose another --out.",
+            path=str(private_path), reason="unwritable"
         ) from exc
     with os.fdopen(fd, "wb") as fh:
         os.fchmod(fh.fileno(), 0o600)
@@ -102,7 +104,8 @@ def _kind(key: object) -> str:
 
 
 def _wrong_type(path: Path, key: object) -> KeyFileError:
-    return KeyFileError(f"{path} is {_kind(key)}; this project signs with Ed25519: {KEYGEN_HINT}.")
+    return KeyFileError(f"{path} is {_kind(key)}; this project signs with Ed25519: {KEYGEN_HINT}.",
+                        path=str(path), reason="wrong-type")
 
 
 def _read(path: Path, what: str) -> bytes:
@@ -110,7 +113,7 @@ def _read(path: Path, what: str) -> bytes:
     data = read_user_file(path, f"{what} file", KEY_FILE_BYTES, KeyFileError)
     if data.count(b"-----BEGIN ") > 1:
         raise KeyFileError(f"The {what} file {path} holds more than one PEM block; pass a file "
-                           "with exactly one key.")
+                           "with exactly one key.", path=str(path), reason="several-pem-blocks")
     return data
 
 
@@ -124,12 +127,12 @@ def load_private_key(path: Path, passphrase_env: str = PASSPHRASE_ENV) -> Ed2551
     if b"-----BEGIN" not in data:
         raise KeyFileError(
             f"{path} is not a PEM private key; pass the {PRIVATE_KEY_NAME} "
-            f"written by keygen, or {KEYGEN_HINT}."
+            f"written by keygen, or {KEYGEN_HINT}.", path=str(path), reason="not-pem"
         )
     if b"PUBLIC KEY-----" in data and b"PRIVATE KEY-----" not in data:
         raise KeyFileError(
             f"{path} holds a public key, not a private key; pass the signing key "
-            f"({PRIVATE_KEY_NAME}), not {PUBLIC_KEY_NAME}."
+            f"({PRIVATE_KEY_NAME}), not {PUBLIC_KEY_NAME}.", path=str(path), reason="public-not-private"
         )
     env_value = os.environ.get(passphrase_env)
     passphrase = env_value.encode("utf-8") if env_value else None
@@ -143,23 +146,24 @@ def load_private_key(path: Path, passphrase_env: str = PASSPHRASE_ENV) -> Ed2551
             if passphrase is None:
                 raise KeyFileError(
                     f"{path} is encrypted and {passphrase_env} is not set; set it "
-                    "to the key's passphrase."
+                    "to the key's passphrase.", path=str(path), reason="passphrase-missing"
                 ) from None
             key = loader(data, None)
     except ValueError as exc:
         if passphrase is not None and (encrypted or openssh):
             raise KeyFileError(
                 f"{path} could not be decrypted with the passphrase in "
-                f"{passphrase_env}; set it to the right passphrase."
+                f"{passphrase_env}; set it to the right passphrase.", path=str(path), reason="passphrase-wrong"
             ) from exc
         raise KeyFileError(
             f"{path} is not a readable PEM private key (its key data does not "
             f"parse); pass the {PRIVATE_KEY_NAME} written by keygen, or "
-            f"{KEYGEN_HINT}."
+            f"{KEYGEN_HINT}.", path=str(path), reason="unparsable"
         ) from exc
     except (TypeError, UnsupportedAlgorithm) as exc:
         raise KeyFileError(
-            f"{path} uses a key type or cipher this build cannot read; {KEYGEN_HINT}."
+            f"{path} uses a key type or cipher this build cannot read; {KEYGEN_HINT}.",
+            path=str(path), reason="unsupported"
         ) from exc
     if not isinstance(key, Ed25519PrivateKey):
         raise _wrong_type(path, key)

@@ -30,7 +30,7 @@ _AT_FDCWD = -100
 
 def _exists_error(out: Path) -> OutputExistsError:
     return OutputExistsError(
-        f"Output directory {out} already exists; choose a new --out or remove it."
+        f"Output directory {out} already exists; choose a new --out or remove it.", path=str(out)
     )
 
 

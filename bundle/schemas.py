@@ -108,6 +108,11 @@ def _json_path(error: ValidationError) -> str:
     return out
 
 
+def _json_pointer(error: ValidationError) -> str:
+    """The failing value's JSON Pointer (RFC 6901): "" for the whole document, "/a/0/b" below it."""
+    return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in error.absolute_path)
+
+
 def validate(obj: Any, name: str, *, source: str | None = None) -> None:
     """Raise SchemaViolation naming the document, the field and the violation if `obj` fails."""
     error = best_match(_validator(name).iter_errors(obj))
@@ -117,5 +122,5 @@ def validate(obj: Any, name: str, *, source: str | None = None) -> None:
     message = error.message if len(error.message) <= 200 else error.message[:197] + "..."
     raise SchemaViolation(
         f"{what} does not follow schema {name}/v1 ({schema_path(name).name}): at "
-        f"{_json_path(error)}, {message}; correct the file (or the code that wrote it)."
-    )
+        f"{_json_path(error)}, {message}; correct the file (or the code that wrote it).",
+        document=source or name, schema=name, pointer=_json_pointer(error), reason=message)

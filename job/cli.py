@@ -103,7 +103,7 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--cache", type=Path, default=None,
                     help="resource cache on each node for members without a lock (default: $HF_HOME/calibration-runs)")
     sw.add_argument("--no-progress", action="store_true", help="no progress bar")
-    from job.init import add_arguments
+    from job.protocol_init import add_arguments
     add_arguments(sub.add_parser("init", help="write a protocol for a model and dataset split pinned at commits"))
     lockfile.add_arguments(sub.add_parser(
         "lock", help="write a resource lock (--resources LOCK.json) from a local model folder and data files"))
@@ -189,7 +189,7 @@ def _main(argv: list[str] | None) -> int:
             return run_sweep(SweepOptions(sweep=args.sweep, out=args.out, signing_key=args.signing_key,
                                           address=args.address, cache=args.cache, progress=not args.no_progress))
         if args.command == "init":
-            from job.init import run_init
+            from job.protocol_init import run_init
             return run_init(args)
         if args.command == "lock":
             return lockfile.run_lock(args)

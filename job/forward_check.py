@@ -34,6 +34,7 @@ from job.batching import Encoded, batch_plan, encode, padded_batch
 from job.distilbert import WORD_EMBEDDINGS, DistilBertClassifier, WordRows
 from job.errors import JobError
 from job.inference import Forward
+from job.logit_compare import ulps_apart
 from job.model import Model, TransformersForward, load_transformers, model_directory
 from job.resources import ResolvedRepo
 from job.runtime import Settings, release_free_heap
@@ -124,18 +125,6 @@ def _logits(forward: Forward, ids: NDArray[np.int64], mask: NDArray[np.int64]) -
     return out
 
 
-def ulps(a: NDArray[np.float32], b: NDArray[np.float32]) -> NDArray[np.int64]:
-    """Distance between float32 values in units in the last place: how many representable floats
-    lie between them (0 for equal values, +0 and -0 included)."""
-    def ordered(x: NDArray[np.float32]) -> NDArray[np.int64]:
-        i = x.view(np.int32).astype(np.int64)
-        signed: NDArray[np.int64] = np.where(i < 0, -(i & 0x7FFFFFFF), i)
-        return signed
-
-    distance: NDArray[np.int64] = np.abs(ordered(a) - ordered(b))
-    return distance
-
-
 def compare_unpadded(forward: Forward, reference: Forward, ids: NDArray[np.int64],
                      mask: NDArray[np.int64]) -> dict[str, Any]:
     """Both forwards on a batch without padding; its record, or JobError unless the float32 logits
@@ -168,7 +157,7 @@ def compare_padded(forward: Forward, reference: Forward, ids: NDArray[np.int64],
                        f"the run stops without a bundle; {_REPORT}.")
     return {"rows": len(ids), "longest": int(ids.shape[1]), "tokens": int(mask.sum()),
             "rows_differing": int((ours != theirs).any(axis=1).sum()), "max_abs_diff": largest,
-            "max_ulps": int(ulps(ours, theirs).max()) if diff.size else 0, "bound": bound}
+            "max_ulps": int(ulps_apart(ours, theirs).max()) if diff.size else 0, "bound": bound}
 
 
 def compare_forwards(forward: Forward, reference: Forward, enc: Encoded, keys: Sequence[str],

@@ -14,6 +14,7 @@ from bundle import layout
 from job.arithmetic import arithmetic_record
 from job.artifacts import Artifacts
 from job.batching import Tokenized
+from job.bootstrap import bootstrap_record
 from job.calibration import TemperatureFit, fit_temperature, softmax
 from job.dataset import Rows, load_rows
 from job.engines import Engine, LocalEngine, open_engine
@@ -34,7 +35,6 @@ from job.rocrate import Publication, crate_bytes
 from job.runtime import Settings, release_free_heap, use_system_arrow_pool
 from job.split import Pool, make_pools
 from job.stability import stability_record
-from job.uncertainty import bootstrap_record
 from verify.predictions import PredictionsFile
 
 if TYPE_CHECKING:
@@ -169,8 +169,8 @@ def metrics_record(protocol: Protocol, art: Artifacts, beta: float, temperature:
     audit = pools[AUDIT]["raw"]
     return {"protocol_sha256": protocol.sha256, "temperature_sha256": art.digest(layout.TEMPERATURE_JSON),
             "beta": beta, "temperature": 1.0 / beta, "argmax_unchanged": unchanged, "pools": pools,
-            "warnings": run_warnings(audit["accuracy"], len(protocol.resources["dataset"]["labels"]), temperature),
-            "truncation": {name: truncation_of(art.path(layout.PREDICTIONS[name]), protocol.inference["max_length"])
+            "warnings": run_warnings(audit["accuracy"], len(protocol.resources.dataset.labels), temperature),
+            "truncation": {name: truncation_of(art.path(layout.PREDICTIONS[name]), protocol.inference.max_length)
                            for name in (AUDIT, CAL)}}
 
 

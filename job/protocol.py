@@ -1,8 +1,9 @@
 """The pre-registered protocol (provenance.json): loaded, schema-checked and hashed before any work.
 
-The sections the job acts on (split, fit, bootstrap, stability) are parsed once, here, into frozen
-dataclasses; what the schema cannot express (t_min below t_max, the smoke pool among the pools, ...)
-is checked here too, so that a protocol the job cannot follow is refused before any inference."""
+The sections the job acts on (resources, split, inference, fit, bootstrap, stability) are parsed
+once, here, into frozen dataclasses (the bytes, and so the protocol's sha256, stay as written); what
+the schema cannot express (t_min below t_max, the smoke pool among the pools, ...) is checked here
+too, so that a protocol the job cannot follow is refused before any inference."""
 
 from __future__ import annotations
 
@@ -14,14 +15,117 @@ from typing import Any
 from bundle.layout import DEFAULT_LOGIT_TOLERANCE
 from bundle.userfile import PROTOCOL_BYTES
 from job.dataset import DatasetSpec
-from job.documents import read_checked
-from job.errors import JobError
+from job.errors import JobError, ProtocolBeyondLimits
 from job.labelmap import LabelMap
+from job.user_documents import read_checked
 
 DEFAULT_PROTOCOL = Path(__file__).resolve().parent.parent / "provenance.json"
 
 CALIBRATION, AUDIT = "calibration", "audit"
 """The pools the run needs: the temperature is fitted on CALIBRATION, the evidence is AUDIT."""
+
+
+@dataclass(frozen=True)
+class FilePin:
+    """One file of a pinned repository: its path there, its size, and its sha256 (None: pinned by
+    revision and size only)."""
+
+    path: str
+    size: int
+    sha256: str | None
+
+    @classmethod
+    def from_protocol(cls, entry: dict[str, Any]) -> FilePin:
+        sha = entry["sha256"]
+        return cls(path=str(entry["path"]), size=int(entry["size"]), sha256=None if sha is None else str(sha))
+
+
+@dataclass(frozen=True)
+class RepoPin:
+    """`resources.model`: a hub repository at a full commit id, and the files the run reads from it."""
+
+    repo_id: str
+    repo_type: str
+    revision: str
+    files: tuple[FilePin, ...]
+
+    @staticmethod
+    def _repo_fields(section: dict[str, Any]) -> dict[str, Any]:
+        return {"repo_id": str(section["repo_id"]), "repo_type": str(section["repo_type"]),
+                "revision": str(section["revision"]),
+                "files": tuple(FilePin.from_protocol(f) for f in section["files"])}
+
+    @classmethod
+    def from_protocol(cls, section: dict[str, Any]) -> RepoPin:
+        return cls(**cls._repo_fields(section))
+
+
+@dataclass(frozen=True)
+class DatasetPin(RepoPin):
+    """`resources.dataset`: a pinned repository whose rows, typed columns and label names the
+    protocol states (how the files are read is Protocol.dataset, a DatasetSpec)."""
+
+    rows: int
+    columns: tuple[tuple[str, str], ...]  # (name, type) in the protocol's order
+    labels: tuple[str, ...]
+
+    @classmethod
+    def from_protocol(cls, section: dict[str, Any]) -> DatasetPin:
+        return cls(**cls._repo_fields(section), rows=int(section["rows"]),
+                   columns=tuple((str(k), str(v)) for k, v in section["columns"].items()),
+                   labels=tuple(str(label) for label in section["labels"]))
+
+    def shape(self) -> dict[str, Any]:
+        """rows, columns and labels as the JSON documents write them (job.dataset.load_rows reads it)."""
+        return {"rows": self.rows, "columns": dict(self.columns), "labels": list(self.labels)}
+
+
+@dataclass(frozen=True)
+class ResourcesSpec:
+    """`resources`: the model and the dataset the protocol pins."""
+
+    model: RepoPin
+    dataset: DatasetPin
+
+    @classmethod
+    def from_protocol(cls, section: dict[str, Any]) -> ResourcesSpec:
+        return cls(model=RepoPin.from_protocol(section["model"]), dataset=DatasetPin.from_protocol(section["dataset"]))
+
+    def role(self, name: str) -> RepoPin:
+        """The pin of "model" or "dataset"."""
+        return self.model if name == "model" else self.dataset
+
+
+@dataclass(frozen=True)
+class InferenceSpec:
+    """`inference`: how the model is run, every field as the protocol states it (job.runtime.Settings
+    is what a run applies of it)."""
+
+    device: str
+    dtype: str
+    torch_threads: int
+    torch_interop_threads: int
+    attn_implementation: str
+    batch_size: int
+    max_length: int
+    truncation: bool
+    padding: str
+    eval_mode: bool
+    seed: int
+    deterministic_algorithms: bool
+    batch_order: str
+
+    @classmethod
+    def from_protocol(cls, section: dict[str, Any]) -> InferenceSpec:
+        return cls(device=str(section["device"]), dtype=str(section["dtype"]),
+                   torch_threads=int(section["torch_threads"]),
+                   torch_interop_threads=int(section["torch_interop_threads"]),
+                   attn_implementation=str(section["attn_implementation"]),
+                   batch_size=int(section["batch_size"]), max_length=int(section["max_length"]),
+                   truncation=bool(section["truncation"]), padding=str(section["padding"]),
+                   eval_mode=bool(section["eval_mode"]), seed=int(section["seed"]),
+                   deterministic_algorithms=bool(section["deterministic_algorithms"]),
+                   batch_order=str(section["batch_order"]))
 
 
 @dataclass(frozen=True)
@@ -118,7 +222,9 @@ class Protocol:
     raw: bytes  # the exact bytes: their sha256 is the protocol's identity
     sha256: str
     doc: dict[str, Any]
+    resources: ResourcesSpec
     split: SplitSpec
+    inference: InferenceSpec
     fit: FitSpec
     bootstrap: BootstrapSpec | None  # None: the protocol pre-registers no bootstrap
     stability: StabilitySpec | None  # None: no calibration-size study
@@ -131,7 +237,9 @@ class Protocol:
         require_verifiable(doc)
         return cls(
             raw=raw, sha256=hashlib.sha256(raw).hexdigest(), doc=doc,
+            resources=ResourcesSpec.from_protocol(doc["resources"]),
             split=SplitSpec.from_protocol(doc["split"]),
+            inference=InferenceSpec.from_protocol(doc["inference"]),
             fit=FitSpec.from_protocol(doc["fit"]),
             bootstrap=BootstrapSpec.from_protocol(doc["bootstrap"]) if "bootstrap" in doc else None,
             stability=StabilitySpec.from_protocol(doc["stability"]) if "stability" in doc else None,
@@ -149,16 +257,8 @@ class Protocol:
         return self.split.prefix
 
     @property
-    def inference(self) -> dict[str, Any]:
-        return dict(self.doc["inference"])
-
-    @property
     def threshold(self) -> float:
         return float(self.doc["metrics"]["threshold"]["value"])
-
-    @property
-    def resources(self) -> dict[str, Any]:
-        return dict(self.doc["resources"])
 
     @property
     def logit_tolerance(self) -> tuple[float, str]:
@@ -180,8 +280,9 @@ def require_verifiable(doc: dict[str, Any]) -> None:
     try:
         dimensions(doc)
     except ProtocolOutOfBounds as exc:
-        raise JobError(f"The protocol is beyond the format's limits ({exc}), so no verifier would read its "
-                       "bundle; change the protocol (bundle/FORMAT.md, \"Limits\").") from exc
+        raise ProtocolBeyondLimits(f"The protocol is beyond the format's limits ({exc}), so no verifier would "
+                                   "read its bundle; change the protocol (bundle/FORMAT.md, \"Limits\").",
+                                   reason=str(exc)) from exc
 
 
 def load_protocol(path: Path = DEFAULT_PROTOCOL) -> Protocol:

@@ -2,7 +2,7 @@
 
 The document is rendered by bundle/views/report.py from the parsed records, the same code the
 verifier renders it with; this module reads the job's own files to render it. Reading a report's
-tables back is the verifier's work (verify/reportcheck.py), never this module's.
+tables back is the verifier's work (verify/report_md.py), never this module's.
 """
 
 from __future__ import annotations

@@ -49,9 +49,9 @@ def changed_figures(before: Mapping[str, str], after: Mapping[str, str]) -> list
 def _stage_docs(protocol: Protocol, recorded: Mapping[str, RecordedPool], logits: Mapping[str, NDArray[np.float32]],
                 labels: Mapping[str, NDArray[np.int64]], files: Mapping[str, bytes], data: Path) -> dict[str, Any]:
     """The records the job's stages write from these logits and labels, in the scratch folder `data`."""
+    from job.bootstrap import bootstrap_record
     from job.pipeline import metrics_record, temperature_record
     from job.stability import stability_record
-    from job.uncertainty import bootstrap_record
 
     art = Artifacts(data)
     for path in TABLE_INPUTS:

@@ -12,9 +12,10 @@ from typing import Any
 
 from bundle.digests import sha256_file
 from bundle.userfile import DOCUMENT_BYTES, read_user_file
-from job.documents import read_checked
-from job.errors import JobError
+from job.errors import JobError, PinMismatch
 from job.hub import Fetch, LfsLookup, hub_fetch, hub_lfs_sha256, offline
+from job.protocol import RepoPin, ResourcesSpec
+from job.user_documents import read_checked
 
 PINS_FILE = "first-use-pins.json"
 LFS_PINS_FILE = "hub-lfs-pins.json"
@@ -82,36 +83,38 @@ def check_file(label: str, local: Path, size: int | None, sha256: str | None,
     `pin_source` says where `sha256` comes from, for the message."""
     if not local.is_file():
         raise JobError(f"{label} is missing: no file at {local}; fetch it with `python -m job prepare` "
-                       "or fix the path in the resource lock.")
+                       "or fix the path in the resource lock.", path=str(local), reason="missing")
     found_size = local.stat().st_size
     if size is not None and found_size != size:
-        raise JobError(f"{label} at {local} has {found_size} bytes, expected {size}; "
-                       "it is not the pinned file: fetch it again or fix the lock.")
+        raise PinMismatch(f"{label} at {local} has {found_size} bytes, expected {size}; "
+                          "it is not the pinned file: fetch it again or fix the lock.",
+                          path=str(local), field="size", expected=size, found=found_size)
     digest = sha256_file(local)
     if sha256 is not None and digest != sha256:
-        raise JobError(f"{label} at {local} has sha256 {digest}, expected {sha256} ({pin_source}); "
-                       "it is not the pinned file: fetch it again or fix the lock.")
+        raise PinMismatch(f"{label} at {local} has sha256 {digest}, expected {sha256} ({pin_source}); "
+                          "it is not the pinned file: fetch it again or fix the lock.",
+                          path=str(local), field="sha256", expected=sha256, found=digest)
     return found_size, digest
 
 
-def _profile(protocol_res: dict[str, Any], model: ResolvedRepo, dataset: ResolvedRepo) -> tuple[str, tuple[str, ...]]:
+def _profile(pins: ResourcesSpec, model: ResolvedRepo, dataset: ResolvedRepo) -> tuple[str, tuple[str, ...]]:
     deviations: list[str] = []
     for role, repo in (("model", model), ("dataset", dataset)):
-        pinned = protocol_res[role]
-        if repo.repo_id != pinned["repo_id"] or repo.revision != pinned["revision"]:
+        pinned = pins.role(role)
+        if repo.repo_id != pinned.repo_id or repo.revision != pinned.revision:
             deviations.append(f"The {role} is {repo.repo_id}@{repo.revision}, not the pinned "
-                              f"{pinned['repo_id']}@{pinned['revision']}.")
+                              f"{pinned.repo_id}@{pinned.revision}.")
         have = {f.path: f for f in repo.files}
-        for spec in pinned["files"]:
-            got = have.get(spec["path"])
+        for spec in pinned.files:
+            got = have.get(spec.path)
             if got is None:
-                deviations.append(f"The {role} file {spec['path']} was not used.")
-            elif spec["sha256"] is not None and got.sha256 != spec["sha256"]:
-                deviations.append(f"The {role} file {spec['path']} has sha256 {got.sha256}, "
-                                  f"not the pinned {spec['sha256']}.")
-            elif (spec["sha256"] is None and got.pin not in ("hub-lfs", "first-use")
-                  and repo.repo_id == pinned["repo_id"]):
-                deviations.append(f"The {role} file {spec['path']} is unpinned in the protocol "
+                deviations.append(f"The {role} file {spec.path} was not used.")
+            elif spec.sha256 is not None and got.sha256 != spec.sha256:
+                deviations.append(f"The {role} file {spec.path} has sha256 {got.sha256}, "
+                                  f"not the pinned {spec.sha256}.")
+            elif (spec.sha256 is None and got.pin not in ("hub-lfs", "first-use")
+                  and repo.repo_id == pinned.repo_id):
+                deviations.append(f"The {role} file {spec.path} is unpinned in the protocol "
                                   "and was pinned neither by the hub's LFS sha256 nor on first use.")
     return ("formal" if not deviations else "other"), tuple(deviations)
 
@@ -121,7 +124,7 @@ def load_lock(path: Path) -> dict[str, Any]:
     return read_checked(path, "resource-lock", "resource lock", "--resources")[1]
 
 
-def resolve_local(lock_path: Path, protocol_res: dict[str, Any]) -> Resources:
+def resolve_local(lock_path: Path, pins: ResourcesSpec) -> Resources:
     """Resources from a local lock: every file exists and matches the lock's size and sha256.
 
     The source is "local": the revision is the one the lock or the protocol states, never confirmed
@@ -131,39 +134,41 @@ def resolve_local(lock_path: Path, protocol_res: dict[str, Any]) -> Resources:
     repos = {}
     for role in ("model", "dataset"):
         # A lock that names no repository or revision holds the protocol's, as its author states them.
-        spec = {"repo_id": protocol_res[role]["repo_id"], "revision": protocol_res[role]["revision"], **lock[role]}
+        pinned = pins.role(role)
+        spec = {"repo_id": pinned.repo_id, "revision": pinned.revision, **lock[role]}
         files = []
-        for f in _used_files(spec, protocol_res[role]):
+        for f in _used_files(spec, pinned):
             local = (base / f["local_path"]).resolve()
             size, digest = check_file(f"{role} file {f['path']}", local, f["size"], f["sha256"])
-            pinned = _protocol_pin(protocol_res, role, spec, f["path"])
+            protocol_pin = _protocol_pin(pinned, spec, f["path"])
             files.append(ResolvedFile(f["path"], local, size, digest,
-                                      pinned_sha256=pinned or f["sha256"],
-                                      pin="protocol" if pinned else "none"))
+                                      pinned_sha256=protocol_pin or f["sha256"],
+                                      pin="protocol" if protocol_pin else "none"))
         repos[role] = ResolvedRepo(spec["repo_id"], spec["repo_type"], spec["revision"], "local", tuple(files))
-    profile, deviations = _profile(protocol_res, repos["model"], repos["dataset"])
+    profile, deviations = _profile(pins, repos["model"], repos["dataset"])
     ds = lock["dataset"]
     return Resources(repos["model"], repos["dataset"],
                      {"rows": ds["rows"], "columns": ds["columns"], "labels": ds["labels"]},
                      profile, deviations)
 
 
-def _used_files(spec: dict[str, Any], pinned: dict[str, Any]) -> list[dict[str, Any]]:
+def _used_files(spec: dict[str, Any], pinned: RepoPin) -> list[dict[str, Any]]:
     """The lock's files the run reads: for the protocol's repository and revision, the files the
     protocol lists (a lock may hold more, e.g. every file of a model folder); otherwise all of them."""
-    if spec["repo_id"] != pinned["repo_id"] or spec["revision"] != pinned["revision"]:
+    if spec["repo_id"] != pinned.repo_id or spec["revision"] != pinned.revision:
         return list(spec["files"])
-    listed = {f["path"] for f in pinned["files"]}
+    listed = {f.path for f in pinned.files}
     return [f for f in spec["files"] if f["path"] in listed]
 
 
-def _protocol_pin(protocol_res: dict[str, Any], role: str, spec: dict[str, Any], path: str) -> str | None:
-    pinned = protocol_res[role]
-    if spec["repo_id"] != pinned["repo_id"] or spec["revision"] != pinned["revision"]:
+def _protocol_pin(pinned: RepoPin, spec: dict[str, Any], path: str) -> str | None:
+    """The sha256 the protocol pins for the lock's file `path`, or None (another repository or
+    revision, an unlisted file, or a file pinned by size only)."""
+    if spec["repo_id"] != pinned.repo_id or spec["revision"] != pinned.revision:
         return None
-    for f in pinned["files"]:
-        if f["path"] == path:
-            return str(f["sha256"]) if f["sha256"] is not None else None
+    for f in pinned.files:
+        if f.path == path:
+            return f.sha256
     return None
 
 
@@ -185,7 +190,7 @@ def _write_json_atomic(path: Path, doc: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def resolve_hub(protocol_res: dict[str, Any], cache: Path, fetch: Fetch = hub_fetch,
+def resolve_hub(pins: ResourcesSpec, cache: Path, fetch: Fetch = hub_fetch,
                 pins_out: Path | None = None, lfs: LfsLookup = hub_lfs_sha256) -> Resources:
     """Resources from the hub cache at the pinned revisions, downloading what is missing.
 
@@ -201,40 +206,37 @@ def resolve_hub(protocol_res: dict[str, Any], cache: Path, fetch: Fetch = hub_fe
     new_hub_lfs: dict[str, str] = {}
     repos = {}
     for role in ("model", "dataset"):
-        spec = protocol_res[role]
-        prefix = f"{spec['repo_id']}@{spec['revision']}/"
-        unknown = [f["path"] for f in spec["files"] if f["sha256"] is None and prefix + f["path"] not in hub_lfs]
+        spec = pins.role(role)
+        prefix = f"{spec.repo_id}@{spec.revision}/"
+        unknown = [f.path for f in spec.files if f.sha256 is None and prefix + f.path not in hub_lfs]
         if unknown and not offline():
-            published = lfs(spec["repo_id"], spec["repo_type"], spec["revision"], unknown)
+            published = lfs(spec.repo_id, spec.repo_type, spec.revision, unknown)
             new_hub_lfs.update({prefix + path: digest for path, digest in sorted(published.items())})
             hub_lfs.update(new_hub_lfs)
         files = []
-        for f in spec["files"]:
-            key = prefix + f["path"]
-            if f["sha256"] is not None:
-                pin, pinned, source = "protocol", f["sha256"], "the protocol's pin"
+        for f in spec.files:
+            key = prefix + f.path
+            pinned: str | None
+            if f.sha256 is not None:
+                pin, pinned, source = "protocol", f.sha256, "the protocol's pin"
             elif key in hub_lfs:
                 pin, pinned, source = "hub-lfs", hub_lfs[key], "the hub's published LFS sha256"
             else:
                 pin, pinned, source = "first-use", first_use.get(key), "the sha256 pinned on first use"
-            local = fetch(spec["repo_id"], spec["repo_type"], spec["revision"], f["path"], cache / "hub")
+            local = fetch(spec.repo_id, spec.repo_type, spec.revision, f.path, cache / "hub")
             try:
-                size, digest = check_file(f"{role} file {f['path']} ({spec['repo_id']})", local, f["size"],
-                                          pinned, source)
+                size, digest = check_file(f"{role} file {f.path} ({spec.repo_id})", local, f.size, pinned, source)
             except JobError:
                 _evict(local)
                 raise
             if pinned is None:
                 new_first_use[key] = digest
                 pinned = digest
-            files.append(ResolvedFile(f["path"], local, size, digest, pinned, pin))
-        repos[role] = ResolvedRepo(spec["repo_id"], spec["repo_type"], spec["revision"], "hub", tuple(files))
+            files.append(ResolvedFile(f.path, local, size, digest, pinned, pin))
+        repos[role] = ResolvedRepo(spec.repo_id, spec.repo_type, spec.revision, "hub", tuple(files))
     _store_pins(cache, pins_out, new_first_use, new_hub_lfs, first_use, hub_lfs)
-    profile, deviations = _profile(protocol_res, repos["model"], repos["dataset"])
-    ds = protocol_res["dataset"]
-    return Resources(repos["model"], repos["dataset"],
-                     {"rows": ds["rows"], "columns": ds["columns"], "labels": ds["labels"]},
-                     profile, deviations)
+    profile, deviations = _profile(pins, repos["model"], repos["dataset"])
+    return Resources(repos["model"], repos["dataset"], pins.dataset.shape(), profile, deviations)
 
 
 def _store_pins(cache: Path, pins_out: Path | None, new_first_use: dict[str, str], new_hub_lfs: dict[str, str],

@@ -65,7 +65,7 @@ def run_to_bundle(options: RunOptions, protocol: Protocol, resources: Resources)
     """Run, then seal the bundle at options.out; nothing appears there unless it is complete and signed."""
     if options.out.exists():
         raise JobError(f"Output directory {options.out} already exists; choose a new --out or remove it.")
-    ThreadChoice.choose(int(protocol.inference["torch_threads"]), options.threads)  # a bad --threads: nothing written
+    ThreadChoice.choose(protocol.inference.torch_threads, options.threads)  # a bad --threads: nothing written
     if resources.profile != "formal":
         print("note: resources differ from the protocol's pins; the bundle is labelled profile "
               "'other':" + "".join(f"\n  - {d}" for d in resources.deviations), file=sys.stderr)

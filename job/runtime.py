@@ -9,9 +9,12 @@ import sys
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from job.errors import JobError
+
+if TYPE_CHECKING:
+    from job.protocol import InferenceSpec
 
 SYS_CPU = Path("/sys/devices/system/cpu")
 CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
@@ -94,20 +97,20 @@ class Settings:
     thread_choice: ThreadChoice | None = None  # how `threads` was chosen (None: set directly)
 
     @classmethod
-    def from_protocol(cls, inference: dict[str, Any], threads: int | None = None) -> Settings:
+    def from_protocol(cls, inference: InferenceSpec, threads: int | None = None) -> Settings:
         """The settings of a run; threads: the run's --threads (default: see ThreadChoice.choose)."""
-        if inference["device"] != "cpu" or inference["dtype"] != "float32":
+        if inference.device != "cpu" or inference.dtype != "float32":
             raise JobError("This job runs on CPU in float32 only; set device cpu and dtype float32 in the protocol.")
-        choice = ThreadChoice.choose(int(inference["torch_threads"]), threads)
+        choice = ThreadChoice.choose(inference.torch_threads, threads)
         return cls(
             threads=choice.used,
             thread_choice=choice,
-            interop_threads=int(inference.get("torch_interop_threads", 1)),
-            attn_implementation=str(inference["attn_implementation"]),
-            batch_size=int(inference["batch_size"]),
-            max_length=int(inference["max_length"]),
-            seed=int(inference["seed"]),
-            deterministic=bool(inference["deterministic_algorithms"]),
+            interop_threads=inference.torch_interop_threads,
+            attn_implementation=inference.attn_implementation,
+            batch_size=inference.batch_size,
+            max_length=inference.max_length,
+            seed=inference.seed,
+            deterministic=inference.deterministic_algorithms,
         )
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -85,10 +86,11 @@ def _cause(exc: BaseException) -> str:
         return str(cause)
     # A worker whose start failed on its input (files that do not match) dies with the JobError's
     # text inside Ray's message: that one sentence is what the user needs.
-    marker = f"{JobError.__module__}.{JobError.__name__}: "
+    marker = re.compile(rf"{re.escape(JobError.__module__)}\.\w+: ")  # JobError or a subclass of it
     for line in str(exc).splitlines():
-        if marker in line:
-            return f"A worker could not start: {line.split(marker, 1)[1].strip()}"
+        found = marker.search(line)
+        if found:
+            return f"A worker could not start: {line[found.end():].strip()}"
     last = (str(cause).strip().splitlines() or [type(cause).__name__])[-1]
     return f"A worker raised {type(cause).__name__} ({last}); this is a fault in the job, not in its input."
 

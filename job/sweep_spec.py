@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from bundle.canonical import dumps
-from job.documents import read_checked
 from job.errors import JobError
+from job.user_documents import read_checked
 
 DEFAULT_MAX_RETRIES = 3
 """How often a member whose worker or node died is run again, unless the sweep says otherwise."""

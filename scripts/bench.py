@@ -195,8 +195,7 @@ def workload(protocol: Any, tokenizer: Any, model: Any, s: Any) -> Workload:
     from job.distilbert import DistilBertClassifier
     from job.split import make_pools
 
-    ds = protocol.resources["dataset"]
-    rows = load_rows(PARQUET, {"rows": ds["rows"], "columns": ds["columns"], "labels": ds["labels"]})
+    rows = load_rows(PARQUET, protocol.resources.dataset.shape())
     pools = make_pools(protocol.prefix, rows.ids, protocol.pool_sizes)
     texts = {p: [rows.texts[i] for i in pools[p].positions] for p in POOLS}
     keys = {p: pools[p].keys for p in POOLS}

@@ -110,6 +110,7 @@ def build(out: Path, key: Ed25519PrivateKey, shape: Shape, seed: int = 0) -> Pat
     """A signed bag at `out` whose records follow from seeded random logits of `shape`."""
     from bundle.bag import bagging_date, seal
     from job.artifacts import Artifacts
+    from job.bootstrap import bootstrap_record
     from job.calibration import fit_temperature
     from job.figures import render_figures
     from job.pipeline import metrics_record, stage, temperature_record, trajectory_record
@@ -118,7 +119,6 @@ def build(out: Path, key: Ed25519PrivateKey, shape: Shape, seed: int = 0) -> Pat
     from job.report import report_markdown
     from job.rocrate import crate_bytes
     from job.stability import stability_record
-    from job.uncertainty import bootstrap_record
 
     rng = np.random.default_rng(seed)
     raw = protocol_bytes(shape)
@@ -158,7 +158,7 @@ def build(out: Path, key: Ed25519PrivateKey, shape: Shape, seed: int = 0) -> Pat
         tokens = rng.integers(4, 60, n)
         keys = [e["split_key"] for e in entries]
         output = PoolOutput(z, tokens, np.zeros(n, dtype=bool),
-                            _batches(keys, tokens, protocol.inference["batch_size"]), tokens)
+                            _batches(keys, tokens, protocol.inference.batch_size), tokens)
         path = layout.PREDICTIONS[name]
         art.write_table(path, predictions_table(np.array([e["idx"] for e in entries]), tuple(keys),
                                                 tuple(e["text_sha256"] for e in entries), y, output))

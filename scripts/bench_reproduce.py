@@ -1,6 +1,6 @@
 """What re-execution costs and how far honest arithmetic moves the logits, all measured in one run.
 
-    python scripts/bench_reproduce.py [--resources job/resources/standin.json] [--sample 32] [--seed 1]
+    python scripts/bench_reproduce.py [--resources job/locks/standin.json] [--sample 32] [--seed 1]
                                       [--quick]
 
 It runs the job once (`python -m job run`, throwaway key) on the resources of the lock, then
@@ -138,7 +138,7 @@ def smallest_edits(bundle: Path) -> tuple[float, float, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--resources", type=Path, default=REPO / "job" / "resources" / "standin.json")
+    parser.add_argument("--resources", type=Path, default=REPO / "job" / "locks" / "standin.json")
     parser.add_argument("--sample", type=int, default=32)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="cost only: no ISA or thread runs")

@@ -158,9 +158,9 @@ def paper(sweep_path: Path, members: int) -> None:
 
     from bundle.keys import generate, load_private_key
     from bundle.sweep import index_statement, signed_record
-    from job.documents import read_checked
     from job.sweep_dir import plan_bytes
     from job.sweep_spec import expand
+    from job.user_documents import read_checked
 
     raw, doc = read_checked(sweep_path, "sweep", "sweep file", "--sweep")
     doc = dict(doc, prefixes=[f"resplit-{i}:" for i in range(members)])

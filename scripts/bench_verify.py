@@ -4,7 +4,7 @@
     python scripts/bench_verify.py [BUNDLE] [--trusted-key PUB.pem] [--repeat N]
 
 Without BUNDLE it runs the job on the stand-in resources (`python -m job run --resources
-job/resources/standin.json --ephemeral-key`, which needs ../shared/fixtures) in a temporary
+job/locks/standin.json --ephemeral-key`, which needs ../shared/fixtures) in a temporary
 folder and verifies that bundle with the ephemeral key's public half. It
 prints the import time, the first verification after imports (the figure the issue bounds at
 1 s), and the median of the following runs. Not a test: timings depend on the machine."""
@@ -42,7 +42,7 @@ def main() -> int:
             bundle = Path(tmp) / "standin"
             t = time.perf_counter()
             subprocess.run([sys.executable, "-m", "job", "run", "--resources",
-                            "job/resources/standin.json", "--out", str(bundle), "--ephemeral-key",
+                            "job/locks/standin.json", "--out", str(bundle), "--ephemeral-key",
                             "--no-progress"], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
             print(f"ran the job on the stand-in resources in {time.perf_counter() - t:.2f} s")
             pub = bundle.with_name(bundle.name + ".key") / "signing-key.pub.pem"

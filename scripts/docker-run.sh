@@ -10,7 +10,7 @@
 #   OUTDIR    host dir mounted at /out (created if missing)
 #   CACHE     host dir mounted at /cache = HF_HOME (the job's default cache is /cache/calibration-runs)
 #   KEYDIR    host dir holding signing-key.pem, mounted read-only at /keys
-#   FIXTURES  host dir mounted read-only at /shared/fixtures, where job/resources/standin.json's
+#   FIXTURES  host dir mounted read-only at /shared/fixtures, where job/locks/standin.json's
 #             "../../../shared/fixtures/..." paths point from /app/job/resources
 #   BUNDLE    host bag folder or .tar.gz, mounted read-only at /bundle/<its name> (for `reproduce`)
 #   NETWORK   docker network mode (default none)

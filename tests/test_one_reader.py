@@ -38,7 +38,7 @@ ALLOWED: dict[str, set[str]] = {
     "bundle/dsse.py": {"b64decode", "payload", "payloadType", "signatures"},  # the Envelope type
     "job/dataset.py": {"read_table"},  # the input dataset (Parquet/CSV/JSON rows), not a bundle
     "job/datameta.py": {"read_schema"},  # the input dataset's Hugging Face class names
-    "job/init.py": {"read_table"},  # job.dataset.read_table: the input dataset's labels
+    "job/protocol_init.py": {"read_table"},  # job.dataset.read_table: the input dataset's labels
     "job/lockfile.py": {"read_table"},  # job.dataset.read_table: the input dataset's labels
     "bundle/layout.py": {"manifest pattern"},  # MANIFEST_FILE_RE, MANIFEST_LINE_RE
 }

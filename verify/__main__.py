@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from verify import limits, report, reproduction, signature, sweep
+from verify import limits, reproduction, signature, sweep, verdict_output
 from verify.api import verify_path
 from verify.context import Trust
 from verify.result import EXIT_UNREADABLE, InputError
@@ -171,10 +171,10 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"{args.bundle} cannot be verified ({limits.describe(exc)}); pass the bag folder or "
              ".tar.gz the job wrote, on a disk with free space.")
         return EXIT_UNREADABLE
-    _out(report.table(outcome))
+    _out(verdict_output.table(outcome))
     try:
         if args.json is not None:
-            _write_report(args.json, report.dumps_report(outcome))
+            _write_report(args.json, verdict_output.dumps_report(outcome))
     except (OSError, UnicodeError, ValueError) as exc:
         _say(f"cannot write the report{f' to {args.json}' if args.json else ''} "
              f"({limits.describe(exc)}); choose another path.")

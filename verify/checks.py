@@ -31,7 +31,7 @@ from verify import (
     pools,
     predictions,
     records,
-    reportcheck,
+    report_md,
     reproduction,
     schemacheck,
     signature,
@@ -39,7 +39,7 @@ from verify import (
     workers,
 )
 from verify.context import Attestation, Context, Trust
-from verify.documents import PoolData
+from verify.parsed import PoolData
 from verify.result import SIGNER_CHECK, Check, Failed, Skipped, exit_code
 from verify.tree import BagTree
 
@@ -168,9 +168,9 @@ CONTENT: tuple[Entry | Group, ...] = (
           when=stability.wanted),
     Entry("predicate.claims", "signed predicate states what the payload holds",
           claims.predicate_claims),
-    Entry("report.tables", "report.md tables restate the records", reportcheck.tables),
+    Entry("report.tables", "report.md tables restate the records", report_md.tables),
     Entry("report.regenerated", "report.md is the verifier's rendering of the records",
-          reportcheck.regenerated),
+          report_md.regenerated),
     Entry("crate.structure", "ro-crate-metadata.json is an RO-Crate 1.2 graph", crate.structure),
     Entry("crate.files", "crate lists every payload file with its sha256 and size", crate.files),
     Entry("crate.run", "crate's run reads the resources and produces the payload", crate.run),

@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from bundle import layout
 from bundle.dsse import Envelope
-from verify.documents import PoolData
+from verify.parsed import PoolData
 from verify.result import Failed, Skipped
 from verify.tree import BagTree
 

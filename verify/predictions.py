@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 from bundle import layout
 from verify import compat, limits, numerics
 from verify.context import METRIC_TOL, POOL_NAMES, Context
-from verify.documents import PoolData
+from verify.parsed import PoolData
 from verify.result import Failed
 
 

@@ -1,6 +1,7 @@
 """The real download path (huggingface_hub, pinned revision, sha256 check) against a local
 hub that speaks the resolve and paths-info protocols on loopback."""
 
+import copy
 import functools
 import hashlib
 import http.server
@@ -14,11 +15,14 @@ import pytest
 
 from job.errors import JobError
 from job.hub import hub_fetch, hub_lfs_sha256
-from job.protocol import load_protocol
+from job.protocol import ResourcesSpec, load_protocol
 from job.resources import resolve_hub
 from tests.factory import sha256
 
-REVISION_MODEL = load_protocol().resources["model"]["revision"]
+as_pins = ResourcesSpec.from_protocol
+"""The typed resources section of an edited copy of the protocol's."""
+
+REVISION_MODEL = load_protocol().resources.model.revision
 
 
 class LocalHub(http.server.BaseHTTPRequestHandler):
@@ -112,7 +116,7 @@ def local_hub(tiny_world, monkeypatch):
     monkeypatch.delenv("HF_HUB_OFFLINE")
     _, lock = tiny_world
     doc = json.loads(lock.read_text())
-    proto = load_protocol().resources
+    proto = load_protocol().doc["resources"]
     files, lfs = {}, {}
     for role, prefix in (("model", ""), ("dataset", "datasets/")):
         spec = proto[role]
@@ -131,7 +135,7 @@ def local_hub(tiny_world, monkeypatch):
 
 def protocol_for(doc: dict) -> dict:
     """The formal protocol's resources, with the local files' sizes and hashes as the pins."""
-    res = load_protocol().resources
+    res = copy.deepcopy(load_protocol().doc["resources"])
     local = {f["path"]: f for role in ("model", "dataset") for f in doc[role]["files"]}
     for role in ("model", "dataset"):
         for f in res[role]["files"]:
@@ -145,7 +149,8 @@ def test_download_at_the_pinned_revision_then_reuse_the_cache_without_network(lo
     endpoint, doc = local_hub
     res = protocol_for(doc)
     fetch = functools.partial(hub_fetch, endpoint=endpoint)
-    got = resolve_hub(res, tmp_path / "cache", fetch=fetch, pins_out=tmp_path / "pins.json", lfs=lfs_at(endpoint))
+    got = resolve_hub(as_pins(res), tmp_path / "cache", fetch=fetch, pins_out=tmp_path / "pins.json",
+                      lfs=lfs_at(endpoint))
     assert got.profile == "formal"
     assert any(r.startswith("GET /distilbert/") and REVISION_MODEL in r for r in LocalHub.requests)
     weights = next(f for f in got.model.files if f.path == "model.safetensors")
@@ -156,7 +161,7 @@ def test_download_at_the_pinned_revision_then_reuse_the_cache_without_network(lo
         assert (tmp_path / "cache" / "hub") in f.local.parents
     LocalHub.requests.clear()
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    again = resolve_hub(res, tmp_path / "cache", fetch=fetch, lfs=lfs_at(endpoint))
+    again = resolve_hub(as_pins(res), tmp_path / "cache", fetch=fetch, lfs=lfs_at(endpoint))
     assert LocalHub.requests == [], "a verified cache is reused with no network call"
     assert again.record() == got.record()
 
@@ -168,7 +173,7 @@ def lfs_at(endpoint: str):
 def test_weights_are_pinned_by_the_hubs_lfs_sha256_and_recorded_as_such(local_hub, tmp_path, capsys):
     endpoint, doc = local_hub
     res = protocol_for(doc)
-    got = resolve_hub(res, tmp_path / "cache", fetch=functools.partial(hub_fetch, endpoint=endpoint),
+    got = resolve_hub(as_pins(res), tmp_path / "cache", fetch=functools.partial(hub_fetch, endpoint=endpoint),
                       pins_out=tmp_path / "pins.json", lfs=lfs_at(endpoint))
     pins = {f["path"]: f["pin"] for f in got.record()["model"]["files"]}
     assert pins == {"config.json": "protocol", "tokenizer_config.json": "protocol", "vocab.txt": "protocol",
@@ -187,7 +192,7 @@ def test_a_download_that_differs_from_the_hubs_lfs_sha256_is_refused_and_evicted
     real = LocalHub.lfs[url]
     LocalHub.lfs[url] = "b" * 64  # the hub publishes one hash, the download has another
     with pytest.raises(JobError) as err:
-        resolve_hub(res, tmp_path / "cache", fetch=functools.partial(hub_fetch, endpoint=endpoint),
+        resolve_hub(as_pins(res), tmp_path / "cache", fetch=functools.partial(hub_fetch, endpoint=endpoint),
                     pins_out=tmp_path / "pins.json", lfs=lfs_at(endpoint))
     msg = str(err.value)
     assert "model.safetensors" in msg and real in msg and "b" * 64 in msg and "LFS" in msg
@@ -207,7 +212,7 @@ def test_a_download_with_the_wrong_hash_is_refused_and_evicted(local_hub, tmp_pa
     res = protocol_for(doc)
     res["model"]["files"][0]["sha256"] = "a" * 64
     with pytest.raises(JobError, match=r"config\.json.*expected a{64}"):
-        resolve_hub(res, tmp_path / "cache", fetch=functools.partial(hub_fetch, endpoint=endpoint),
+        resolve_hub(as_pins(res), tmp_path / "cache", fetch=functools.partial(hub_fetch, endpoint=endpoint),
                     lfs=lfs_at(endpoint))
     leftovers = [p for p in (tmp_path / "cache").rglob("config.json")]
     assert not any(p.exists() for p in leftovers)

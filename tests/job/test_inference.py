@@ -28,7 +28,6 @@ from job.forward_check import (
     first_padded_batch,
     reference_forward,
     sparse_word_table,
-    ulps,
     unpadded_batch,
 )
 from job.inference import run_pool
@@ -43,9 +42,7 @@ needs_shared = pytest.mark.skipif(not STANDIN.is_dir() or not SST2.is_file(), re
 
 
 def settings(threads: int = 1) -> Settings:
-    inference = load_protocol().inference
-    inference["torch_threads"] = threads
-    return Settings.from_protocol(inference)
+    return Settings.from_protocol(dataclasses.replace(load_protocol().inference, torch_threads=threads))
 
 
 def tiny_texts(tiny_world: tuple[Path, Path]) -> tuple[Path, list[str]]:
@@ -272,9 +269,7 @@ def test_loading_stays_off_transformers_modeling_stack(tiny_world):
 
 def test_sdpa_protocol_uses_transformers(tiny_world):
     model_dir, _ = tiny_texts(tiny_world)
-    inference = load_protocol().inference
-    inference["attn_implementation"] = "sdpa"
-    s = Settings.from_protocol(inference)
+    s = Settings.from_protocol(dataclasses.replace(load_protocol().inference, attn_implementation="sdpa"))
     model = load_model(model_dir, s)
     assert not model.packed and isinstance(model.forward, TransformersForward)
     assert model.forward.name.endswith(".DistilBertForSequenceClassification")
@@ -314,14 +309,6 @@ def test_the_unpadded_check_batch_is_the_longest_rows_cut_to_the_shortest_of_the
     ids, mask = unpadded_batch(enc, ["e", "d", "c", "b", "a"], rows=3)
     assert ids.tolist() == [[101, 11, 12, 13], [101, 6, 7, 8], [101, 9, 10, 102]]  # ties by key: "a" before "d"
     assert mask.tolist() == [[1, 1, 1, 1]] * 3 and ids.dtype == mask.dtype == np.int64
-
-
-def test_ulps_count_the_floats_between_two_values():
-    one = np.float32(1.0)
-    a = np.array([one, np.float32(0.0), -np.float32(1e-45), one, np.float32(-2.0)], dtype=np.float32)
-    b = np.array([np.nextafter(one, np.float32(2)), -np.float32(0.0), np.float32(1e-45), one,
-                  np.nextafter(np.float32(-2.0), np.float32(0))], dtype=np.float32)
-    assert ulps(a, b).tolist() == [1, 0, 2, 0, 1]
 
 
 def test_the_forward_check_records_both_batches(tiny_world):

@@ -18,7 +18,7 @@ import pytest
 from job.cli import _parser, main
 from job.errors import JobError
 from job.hub import hub_fetch, hub_lfs_sha256
-from job.init import Hub, run_init
+from job.protocol_init import Hub, run_init
 from tests.anymodel import label_names, make_hf_model, make_rows
 from tests.job.test_hub_download import LocalHub
 

@@ -12,7 +12,7 @@ from tests.goldens import GOLDEN_DIR, compare, cpu_kind, differences, run_in_chi
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(not SHARED_FIXTURES.is_dir(), reason="../shared/fixtures is absent")]
 
-LOCK = REPO / "job" / "resources" / "standin.json"
+LOCK = REPO / "job" / "locks" / "standin.json"
 DETERMINISTIC = ("data/predictions/calibration.parquet", "data/predictions/audit.parquet",
                  "data/temperature.json", "data/trajectory.json", "data/metrics.json",
                  "data/pools.json", "data/stages.json", "data/resources.json", "data/protocol.json",

@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 
 from bundle.views.report import expected_tables
+from job.bootstrap import bootstrap_indices, bootstrap_record
 from job.metrics import compute_metrics
 from job.predictions import read_logits
 from job.protocol import StabilitySpec, load_protocol
 from job.report import load_docs, report_markdown
 from job.stability import stability_record
-from job.uncertainty import bootstrap_indices, bootstrap_record
 from tests.factory import make_world
-from verify.reportcheck import compare, parse_tables
+from verify.report_md import compare, parse_tables
 
 REPO = Path(__file__).resolve().parents[2]
 K = 3

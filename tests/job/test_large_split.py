@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from job.batching import Tokenized, batch_plan, encode
+from job.bootstrap import bootstrap_indices, indices_sha256, paired_bootstrap
 from job.inference import run_pool
 from job.runtime import Settings
-from job.uncertainty import bootstrap_indices, indices_sha256, paired_bootstrap
 
 
 class CountingTokenizer:

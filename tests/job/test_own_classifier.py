@@ -187,7 +187,7 @@ def test_the_verifier_refuses_a_local_revision_claimed_as_checked_by_a_hub(chain
 def test_the_local_route_runs_smoke_and_verifies(chain, capsys):
     from verify.api import verify_path
     from verify.context import Trust
-    from verify.report import table
+    from verify.verdict_output import table
 
     doc = json.loads(chain["protocol"].read_text())
     assert [p["dataset_label"] for p in doc["label_map"]["pairs"]] == ["entailment", "neutral", "contradiction"]
@@ -312,7 +312,7 @@ def _positional(doc: dict[str, Any]) -> None:
 def test_a_run_below_chance_says_so_everywhere_and_the_verifier_recomputes_it(chain, tmp_path, capsys):
     from verify.api import verify_path
     from verify.context import Trust
-    from verify.report import table
+    from verify.verdict_output import table
 
     wrong = edited_json(chain["protocol"], tmp_path / "wrong.json", _positional)
     capsys.readouterr()
@@ -477,7 +477,7 @@ def card() -> str:
 def test_the_lock_route_and_the_hub_route_write_the_same_protocol_bytes(world, tmp_path, monkeypatch):
     from job.cli import _parser
     from job.hub import hub_fetch
-    from job.init import Hub, run_init
+    from job.protocol_init import Hub, run_init
     from tests.job.test_hub_download import LocalHub
 
     monkeypatch.delenv("HF_HUB_OFFLINE")

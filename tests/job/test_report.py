@@ -17,12 +17,12 @@ from bundle.canonical import dumps, loads_strict
 from bundle.layout import data_name
 from bundle.views.report import FIGURE_FILES, cell, change, expected_tables
 from bundle.views.report import report_markdown as render
+from job.bootstrap import bootstrap_record
 from job.figures import render_figures
 from job.protocol import StabilitySpec, load_protocol
 from job.report import load_docs, report_markdown
 from job.stability import stability_record
-from job.uncertainty import bootstrap_record
-from verify.reportcheck import compare, parse_tables
+from verify.report_md import compare, parse_tables
 from verify.result import Failed
 
 

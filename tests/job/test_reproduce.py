@@ -310,6 +310,14 @@ def test_the_job_and_the_verifier_draw_the_same_rows_of_earlier_attestations(see
     assert draw_rows(sizes, 32, seed + 1) != job_draw
 
 
+def test_ulps_count_the_floats_between_two_values():
+    one = np.float32(1.0)
+    a = np.array([one, np.float32(0.0), -np.float32(1e-45), one, np.float32(-2.0)], dtype=np.float32)
+    b = np.array([np.nextafter(one, np.float32(2)), -np.float32(0.0), np.float32(1e-45), one,
+                  np.nextafter(np.float32(-2.0), np.float32(0))], dtype=np.float32)
+    assert ulps_apart(a, b).tolist() == [1, 0, 2, 0, 1]
+
+
 def test_logits_compare_bit_for_bit_and_count_ulps() -> None:
     one = np.float32(1.0)
     up = np.nextafter(one, np.float32(2.0))

@@ -25,7 +25,7 @@ from verify.__main__ import main as verify_main
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(not SHARED_FIXTURES.is_dir(), reason="../shared/fixtures is absent")]
 
-LOCK = REPO / "job" / "resources" / "standin.json"
+LOCK = REPO / "job" / "locks" / "standin.json"
 AVX2 = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
 
 

@@ -1,3 +1,4 @@
+import copy
 import json
 import shutil
 from pathlib import Path
@@ -6,9 +7,12 @@ import pytest
 
 from job.errors import JobError
 from job.hub import hub_fetch
-from job.protocol import load_protocol
+from job.protocol import ResourcesSpec, load_protocol
 from job.resources import PINS_FILE, resolve_hub, resolve_local
 from tests.factory import REPO, SHARED_FIXTURES, edited_json, sha256
+
+as_pins = ResourcesSpec.from_protocol
+"""The typed resources section of an edited copy of the protocol's."""
 
 
 @pytest.fixture
@@ -31,7 +35,7 @@ def fake_hub(files: dict[str, Path], calls: list[str]):
 
 def pinned_protocol(tmp_path: Path, files: dict[str, Path]) -> dict:
     """The formal protocol's resources with this machine's files standing at the pinned paths."""
-    res = load_protocol().resources
+    res = copy.deepcopy(load_protocol().doc["resources"])
     for role in ("model", "dataset"):
         for f in res[role]["files"]:
             local = files[f["path"]]
@@ -53,7 +57,7 @@ def test_hub_resolution_checks_hashes_and_pins_unpinned_files_on_first_use(tmp_p
     res = pinned_protocol(tmp_path, hub_files)
     calls: list[str] = []
     pins_out = tmp_path / "observed-pins.json"
-    got = resolve_hub(res, tmp_path / "cache", fetch=fake_hub(hub_files, calls), pins_out=pins_out)
+    got = resolve_hub(as_pins(res), tmp_path / "cache", fetch=fake_hub(hub_files, calls), pins_out=pins_out)
     assert got.profile == "formal", got.deviations
     weights = next(f for f in got.model.files if f.path == "model.safetensors")
     assert weights.pin == "first-use" and weights.sha256 == sha256(hub_files["model.safetensors"])
@@ -61,13 +65,13 @@ def test_hub_resolution_checks_hashes_and_pins_unpinned_files_on_first_use(tmp_p
     assert list(json.loads(pins_out.read_text()).values()) == [weights.sha256]
     assert json.loads((tmp_path / "cache" / PINS_FILE).read_text())
     # second resolution: the stored first-use pin is enforced
-    again = resolve_hub(res, tmp_path / "cache", fetch=fake_hub(hub_files, calls))
+    again = resolve_hub(as_pins(res), tmp_path / "cache", fetch=fake_hub(hub_files, calls))
     assert again.profile == "formal"
     cached = next(f for f in again.model.files if f.path == "model.safetensors").local
     cached.chmod(0o644)
     cached.write_bytes(cached.read_bytes()[:-1] + b"\0")
     with pytest.raises(JobError, match="model.safetensors.*expected"):
-        resolve_hub(res, tmp_path / "cache", fetch=fake_hub(hub_files, calls))
+        resolve_hub(as_pins(res), tmp_path / "cache", fetch=fake_hub(hub_files, calls))
     assert not cached.exists(), "a cached file that fails its check is evicted, never kept"
 
 
@@ -75,7 +79,7 @@ def test_hash_mismatch_names_the_file_expected_and_found(tmp_path, hub_files):
     res = pinned_protocol(tmp_path, hub_files)
     res["model"]["files"][0]["sha256"] = "0" * 64
     with pytest.raises(JobError) as err:
-        resolve_hub(res, tmp_path / "cache", fetch=fake_hub(hub_files, []))
+        resolve_hub(as_pins(res), tmp_path / "cache", fetch=fake_hub(hub_files, []))
     msg = str(err.value)
     assert "config.json" in msg and "0" * 64 in msg and sha256(hub_files["config.json"]) in msg
 
@@ -119,17 +123,16 @@ def test_local_lock_is_labelled_other_with_reasons(tiny_world):
 
 @pytest.mark.skipif(not SHARED_FIXTURES.is_dir(), reason="../shared/fixtures is absent")
 def test_real_checkpoint_small_files_match_the_published_pins():
-    res = load_protocol().resources
-    for f in res["model"]["files"]:
-        if f["sha256"] is None:
+    for f in load_protocol().resources.model.files:
+        if f.sha256 is None:
             continue
-        local = SHARED_FIXTURES / "distilbert-sst2-real-config" / f["path"]
-        assert local.stat().st_size == f["size"]
-        assert sha256(local) == f["sha256"]
+        local = SHARED_FIXTURES / "distilbert-sst2-real-config" / f.path
+        assert local.stat().st_size == f.size
+        assert sha256(local) == f.sha256
 
 
 def test_committed_standin_lock_is_valid():
     from job.resources import load_lock
 
-    lock = load_lock(REPO / "job" / "resources" / "standin.json")
+    lock = load_lock(REPO / "job" / "locks" / "standin.json")
     assert lock["dataset"]["rows"] == 872

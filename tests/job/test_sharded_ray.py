@@ -22,7 +22,7 @@ from tests.factory import REPO, SHARED_FIXTURES
 from tests.job.test_sweep_ray import _namespaces_available
 from verify.__main__ import main as verify_main
 
-LOCK = REPO / "job" / "resources" / "standin.json"
+LOCK = REPO / "job" / "locks" / "standin.json"
 TIMEOUT_S = 400
 PREDICTIONS = ("data/predictions/calibration.parquet", "data/predictions/audit.parquet")
 

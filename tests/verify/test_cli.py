@@ -43,7 +43,7 @@ def run_cli(args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 
 def test_import_pulls_in_no_torch_and_no_job() -> None:
-    code = ("import sys, verify, verify.__main__, verify.api, verify.checks, verify.report; "
+    code = ("import sys, verify, verify.__main__, verify.api, verify.checks, verify.verdict_output; "
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
             "('torch', 'transformers', 'tokenizers', 'job', 'safetensors', 'huggingface_hub')); "
             "print(bad); sys.exit(1 if bad else 0)")

@@ -1,4 +1,4 @@
-"""The verifier's own report-table and crate code (verify/reportcheck.py, verify/crate.py) agrees
+"""The verifier's own report-table and crate code (verify/report_md.py, verify/crate.py) agrees
 with the job's writers (job/report.py, job/rocrate.py) on real bundles, and rejects what it must."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from bundle.views.report import expected_tables
 from job.report import load_docs
 from tests.synthetic import tiny_png
 from tests.verify.tamper import Keys, base, synthetic_bag, verify_keys  # noqa: F401
-from verify import crate, figures, reportcheck
+from verify import crate, figures, report_md
 from verify.result import Failed
 
 
@@ -22,27 +22,27 @@ def _doc(bag: Path, path: str) -> object:
 
 
 def test_formatting_rule() -> None:
-    assert reportcheck.fmt(1.0) == "1.000000" and reportcheck.fmt(-1e-9) == "-0.000000"
-    assert reportcheck.fmt(3) == "3" and reportcheck.fmt(None) == "n/a"
-    assert reportcheck.fmt(True) == "yes" and reportcheck.fmt(False) == "no"
-    assert reportcheck.fmt("no claim") == "no claim"
-    assert reportcheck.fmt_change(7, 7) == "+0" and reportcheck.fmt_change(5, 7) == "-2"
-    assert reportcheck.fmt_change(0.25, 0.5) == "-0.250000"
-    assert reportcheck.fmt_change(0.5, 0) == "+0.500000"
+    assert report_md.fmt(1.0) == "1.000000" and report_md.fmt(-1e-9) == "-0.000000"
+    assert report_md.fmt(3) == "3" and report_md.fmt(None) == "n/a"
+    assert report_md.fmt(True) == "yes" and report_md.fmt(False) == "no"
+    assert report_md.fmt("no claim") == "no claim"
+    assert report_md.fmt_change(7, 7) == "+0" and report_md.fmt_change(5, 7) == "-2"
+    assert report_md.fmt_change(0.25, 0.5) == "-0.250000"
+    assert report_md.fmt_change(0.5, 0) == "+0.500000"
     with pytest.raises(Failed):
-        reportcheck.fmt([1])
+        report_md.fmt([1])
 
 
 def test_tables_agree_with_the_job(base: tuple[Path, Keys]) -> None:  # noqa: F811
     bag, _ = base
     data = bag / "data"
-    required = reportcheck.required_tables(
+    required = report_md.required_tables(
         *(_doc(bag, p) for p in (layout.METRICS_JSON, layout.TEMPERATURE_JSON, layout.POOLS_JSON,
                                  layout.BOOTSTRAP_JSON, layout.STABILITY_JSON)))  # type: ignore[arg-type]
     assert required == expected_tables(load_docs(data))
     text = (bag / layout.REPORT_MD).read_text()
-    assert reportcheck.parse_tables(text) == required
-    assert reportcheck.image_links(text) == ["figures/reliability-audit.png",
+    assert report_md.parse_tables(text) == required
+    assert report_md.image_links(text) == ["figures/reliability-audit.png",
                                              "figures/confidence-audit.png"]
 
 
@@ -57,7 +57,7 @@ def test_tables_agree_with_the_job(base: tuple[Path, Keys]) -> None:  # noqa: F8
 ])
 def test_malformed_tables_are_refused(text: str, words: str) -> None:
     with pytest.raises(Failed, match=words):
-        reportcheck.parse_tables(text)
+        report_md.parse_tables(text)
 
 
 def test_png_checks() -> None:

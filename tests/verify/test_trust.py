@@ -30,7 +30,7 @@ from tests.verify.test_tamper import (
     set_bag_info,
     statement_edit,
 )
-from verify import report
+from verify import verdict_output
 from verify.api import Outcome, verify_path
 from verify.checks import AUTHENTICATION, CONTENT, Trust, check_ids
 from verify.result import EXIT_FAILED, EXIT_OK
@@ -368,10 +368,10 @@ def test_unsigned_text_appears_only_as_notes(synthetic_bag: Path, verify_keys: K
     for text in planted:
         assert any(text in n for n in outcome.notes), (text, outcome.notes)
         assert not any(text in c.detail for c in outcome.checks), text
-    table = report.table(outcome)
+    table = verdict_output.table(outcome)
     notes_at = table.index("Unsigned notes")
     assert all(notes_at < table.index(text) for text in planted)
-    doc = report.to_json(outcome)
+    doc = verdict_output.to_json(outcome)
     schema = json.loads((REPO / "verify" / "report.schema.json").read_text())
     jsonschema.validate(doc, schema)
     assert any("Ministry of Truth" in n for n in doc["unsigned_notes"])

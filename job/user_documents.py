@@ -20,9 +20,11 @@ def read_checked(path: Path, schema: str, label: str, option: str,
     try:
         doc = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise JobError(f"The {label} {path} is not valid JSON ({exc}); fix the file.") from exc
+        raise JobError(f"The {label} {path} is not valid JSON ({exc}); fix the file.", path=str(path),
+                       reason="invalid-json") from exc
     try:
         validate(doc, schema)
     except BundleError as exc:
-        raise JobError(f"The {label} {path} does not follow schemas/{schema}.schema.json: {exc}") from exc
+        raise JobError(f"The {label} {path} does not follow schemas/{schema}.schema.json: {exc}",
+                       **{**exc.details, "path": str(path)}) from exc
     return raw, doc

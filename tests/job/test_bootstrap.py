@@ -1,4 +1,4 @@
-"""The pre-registered paired bootstrap (job/uncertainty.py): RNG rule, agreement with a naive
+"""The pre-registered paired bootstrap (job/bootstrap.py): RNG rule, agreement with a naive
 per-resample recomputation through job.metrics, the quantile rule, speed, and the record."""
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ import numpy as np
 import pytest
 
 from bundle.canonical import dumps
-from job.metrics import compute_metrics
-from job.protocol import load_protocol
-from job.uncertainty import (
+from job.bootstrap import (
     bootstrap_indices,
     bootstrap_record,
     indices_sha256,
@@ -22,6 +20,8 @@ from job.uncertainty import (
     paired_bootstrap,
     verdict,
 )
+from job.metrics import compute_metrics
+from job.protocol import load_protocol
 
 REPO = Path(__file__).resolve().parents[2]
 
