@@ -228,7 +228,7 @@ def protocol_hash(ctx: Context) -> str:
     """bag-info.txt, every record, every stage and the predicate name the sha256 of data/protocol.json."""
     sha = ctx.sha(layout.PROTOCOL_JSON)
     named: dict[str, str] = {}
-    info = ctx.need(ctx.info, "bag-info.txt")
+    info = ctx.need(ctx.info, "bag.info")
     named["bag-info.txt Protocol-SHA256"] = info[layout.INFO_PROTOCOL_SHA256]
     for path in (layout.POOLS_JSON, layout.TEMPERATURE_JSON, layout.TRAJECTORY_JSON,
                  layout.METRICS_JSON, layout.STAGES_JSON):
@@ -249,7 +249,7 @@ def has_pre_registered_protocol(ctx: Context) -> bool:
 
 def pre_registered(ctx: Context) -> str:
     """data/protocol.json is byte-identical to the pre-registered protocol."""
-    pinned = ctx.need(ctx.expected_protocol_sha256, "the pre-registered protocol")
+    pinned = ctx.need(ctx.expected_protocol_sha256, "input.pre-registered-protocol")
     sha = ctx.sha(layout.PROTOCOL_JSON)
     if sha != pinned:
         raise Failed(f"data/protocol.json hashes to {sha[:16]}…, the pre-registered "
@@ -259,7 +259,7 @@ def pre_registered(ctx: Context) -> str:
 
 def resource_pins(ctx: Context) -> str:
     """The profile, the resources against the protocol's pins, the pools' dataset hash."""
-    info = ctx.need(ctx.info, "bag-info.txt")
+    info = ctx.need(ctx.info, "bag.info")
     return check_resources(ctx.doc(layout.RESOURCES_JSON), ctx.doc(layout.PROTOCOL_JSON),
                            info[layout.INFO_PROFILE],
                            ctx.doc(layout.POOLS_JSON)["dataset_sha256"])
