@@ -304,9 +304,8 @@ def declaration(ctx: Context) -> str:
 
 
 def entries(ctx: Context) -> str:
-    """The format's tag files and data/ at the root (others noted); no links or special files.
-    Fails with the reason when the folder could not be read as a bag at all."""
-    if ctx.tree is None:
+    """A readable bag: the format's tag files and data/ at the root, no links or special files."""
+    if ctx.tree is None:  # the folder could not be read as a bag at all (verify.api)
         raise ctx.reading.failure or Failed("the bag could not be read.")
     return check_layout(ctx.tree, ctx.notes)
 

@@ -248,8 +248,7 @@ def find_bag_root(dest: Path) -> Path:
 
 
 def safe(ctx: Context) -> str:
-    """The check of archive.safe: how the archive was extracted and read before any check ran
-    (verify.api), or why it could not be."""
+    """The archive was extracted and its bag read safely before the checks ran (verify.api)."""
     if ctx.reading.failure is not None:
         raise ctx.reading.failure
     return ctx.reading.detail
