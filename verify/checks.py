@@ -49,7 +49,7 @@ from verify import (
 )
 from verify.context import Attestation, Context, Reading, Trust
 from verify.facts import AUTHENTICATED, CLEAN, FACTS, INPUTS, RUNNER, Facts
-from verify.result import SIGNER_CHECK, Check, Failed, Missing, Scalar, exit_code
+from verify.result import SIGNER_CHECK, Check, Failed, Missing, Scalar, VerifyError, exit_code
 from verify.tree import BagTree
 
 __all__ = ["AUTHENTICATION", "CONTENT", "TABLE", "Entry", "Group", "Reading", "TableError", "Trust",
@@ -258,16 +258,10 @@ TABLE: tuple[Entry | Group, ...] = AUTHENTICATION + CONTENT
 
 def check_ids(table: Sequence[Entry | Group] = TABLE) -> list[str]:
     """The ids of the table in order, expansions left as templates (`predictions.{pool}.rows`)."""
-    out: list[str] = []
-    for item in table:
-        if isinstance(item, Group):
-            out.extend(entry.id for entry in item.entries)
-        else:
-            out.append(item.id)
-    return out
+    return [entry.id for entry in _entries(table)]
 
 
-class TableError(Exception):
+class TableError(VerifyError):
     """The check table is inconsistent: an entry needs a fact nothing before it provides."""
 
 

@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from bundle import layout
 from verify.documents import Envelope, PoolData
-from verify.result import Failed, Missing
+from verify.result import Failed, Missing, VerifyError
 from verify.tree import BagTree
 
 METRIC_TOL: Final = 1e-9
@@ -65,7 +65,7 @@ class Reading:
     failure: Failed | None = None
 
 
-class UndeclaredFact(RuntimeError):
+class UndeclaredFact(VerifyError):
     """A check asked for a fact its table entry does not declare: the table is wrong."""
 
 
