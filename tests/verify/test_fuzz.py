@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tests.verify.tamper import Keys, base, synthetic_bag, verify_keys  # noqa: F401
@@ -25,7 +25,7 @@ def flipped(tree: bagtree.BagTree, name: str, position: float,
             mask: int) -> bagtree.BagTree:
     """The tree with one byte of `name` XORed with mask; position: a fraction, or an index."""
     data = bytearray(tree.files[name])
-    i = position if isinstance(position, int) else min(int(position * len(data)), len(data) - 1)
+    i = position if isinstance(position, int) else _index(bytes(data), position)
     data[i] ^= mask
     files = dict(tree.files)
     files[name] = bytes(data)
@@ -52,6 +52,8 @@ def test_random_byte_flips_are_rejected(loaded: tuple[bagtree.BagTree, list[str]
               suppress_health_check=list(HealthCheck))
     @given(st.sampled_from(names), st.floats(0.0, 1.0, allow_nan=False), st.integers(1, 255))
     def check(name: str, position: float, mask: int) -> None:
+        data = tree.files[name]
+        assume(name != "tagmanifest-sha256.txt" or not _equivalent(data, _index(data, position), mask))
         code = _run(flipped(tree, name, position, mask), trust)
         assert code not in (EXIT_OK, EXIT_UNTRUSTED), (name, position, mask)
 
@@ -67,6 +69,8 @@ def test_flips_without_a_trusted_key_are_rejected(
               suppress_health_check=list(HealthCheck))
     @given(st.sampled_from(names), st.floats(0.0, 1.0, allow_nan=False), st.integers(1, 255))
     def check(name: str, position: float, mask: int) -> None:
+        data = tree.files[name]
+        assume(name != "tagmanifest-sha256.txt" or not _equivalent(data, _index(data, position), mask))
         assert _run(flipped(tree, name, position, mask), Trust()) not in (
             EXIT_OK, EXIT_UNTRUSTED)
 
@@ -77,6 +81,18 @@ TAG_MASKS = (0x01, 0x20, 0x29, 0x80)
 """0x01 changes a hex digit, 0x20 a letter's case, 0x29 a space to a tab, 0x80 the byte's encoding."""
 
 
+def _equivalent(data: bytes, i: int, mask: int) -> bool:
+    """Whether flipping byte `i` of a tag manifest with `mask` leaves it saying the same: RFC 8493
+    allows either hex case and any whitespace between digest and path."""
+    was, now = chr(data[i]), chr(data[i] ^ mask)
+    in_digest = i - (data.rfind(b"\n", 0, i) + 1) < 64
+    return (in_digest and was in "abcdef" and now == was.upper()) or {was, now} == {" ", "\t"}
+
+
+def _index(data: bytes, position: float) -> int:
+    return min(int(position * len(data)), len(data) - 1)
+
+
 def _tag_manifest_flips(tree: bagtree.BagTree, trust: Trust,
                         flips: Callable[[bytes], list[tuple[int, int]]]) -> None:
     """Flip bytes of the tag manifest, the one file no other file hashes, at the (index, mask)
@@ -85,10 +101,7 @@ def _tag_manifest_flips(tree: bagtree.BagTree, trust: Trust,
     every other flip fails."""
     data = tree.files["tagmanifest-sha256.txt"]
     for i, mask in flips(data):
-        was, now = chr(data[i]), chr(data[i] ^ mask)
-        in_digest = i - (data.rfind(b"\n", 0, i) + 1) < 64
-        same = ((in_digest and was in "abcdef" and now == was.upper())
-                or {was, now} == {" ", "\t"})
+        same = _equivalent(data, i, mask)
         code = _run(flipped(tree, "tagmanifest-sha256.txt", i, mask), trust)
         assert (code in (EXIT_OK, EXIT_UNTRUSTED)) == same, (i, mask)
 
