@@ -202,3 +202,14 @@ def test_a_recomputed_metric_reports_the_field(synthetic_bag: Path, verify_keys:
     assert details["field"] == "pools.audit.calibrated.ece"
     assert details["found"] == old["ece"] + 0.01
     assert details["expected"] == pytest.approx(old["ece"], abs=1e-9)
+
+
+def test_another_pre_registered_protocol_reports_both_digests(synthetic_bag: Path,  # noqa: F811
+                                                              verify_keys: Keys) -> None:  # noqa: F811
+    outcome = verify_path(synthetic_bag, Trust(key=verify_keys.real.public_key(), source="k"),
+                          expected_protocol_sha256="0" * 64)
+    failed = {c.id: c for c in outcome.checks if c.status == "fail"}
+    assert list(failed) == ["protocol.pre-registered"]
+    assert dict(failed["protocol.pre-registered"].details) == {
+        "path": layout.PROTOCOL_JSON, "algorithm": "sha256", "expected": "0" * 64,
+        "found": hashlib.sha256((synthetic_bag / layout.PROTOCOL_JSON).read_bytes()).hexdigest()}
