@@ -213,3 +213,16 @@ def test_another_pre_registered_protocol_reports_both_digests(synthetic_bag: Pat
     assert dict(failed["protocol.pre-registered"].details) == {
         "path": layout.PROTOCOL_JSON, "algorithm": "sha256", "expected": "0" * 64,
         "found": hashlib.sha256((synthetic_bag / layout.PROTOCOL_JSON).read_bytes()).hexdigest()}
+
+
+def test_the_verifier_errors_share_one_root() -> None:
+    from verify import result
+
+    errors = [v for v in vars(result).values() if isinstance(v, type) and issubclass(v, Exception)]
+    assert {e.__name__ for e in errors} >= {"Failed", "InputError", "Missing", "DigestMismatch"}
+    assert all(issubclass(e, result.VerifyError) for e in errors)
+    exc = result.DigestMismatch("data/x changed.", path="data/x", algorithm="sha256",
+                                expected="a" * 64, found="b" * 64)
+    assert isinstance(exc, result.Failed) and str(exc) == "data/x changed."
+    assert json.loads(json.dumps(dict(exc.details))) == {
+        "path": "data/x", "algorithm": "sha256", "expected": "a" * 64, "found": "b" * 64}
