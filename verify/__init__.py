@@ -8,9 +8,10 @@ format code in bundle/; never job/, torch, transformers or tokenizers.
 
 from __future__ import annotations
 
-from verify.result import EXIT_FAILED, EXIT_OK, EXIT_UNREADABLE, EXIT_UNTRUSTED, Check
+from verify.result import EXIT_FAILED, EXIT_OK, EXIT_UNREADABLE, EXIT_UNTRUSTED, Check, VerifyError
 
 __version__ = "2.0.0"
 """The release of this verifier (the calibration-verify distribution, verify/pyproject.toml)."""
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_UNREADABLE", "EXIT_UNTRUSTED", "Check", "__version__"]
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_UNREADABLE", "EXIT_UNTRUSTED", "Check", "VerifyError",
+           "__version__"]

@@ -10,10 +10,10 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from verify import extract
-from verify.checks import verify_tree
-from verify.context import Attestation, Trust
+from verify.checks import Verification, verify_tree
+from verify.context import Attestation, Reading, Trust
 from verify.result import Check, Failed, exit_code
-from verify.tree import read_tree
+from verify.tree import BagTree, read_tree
 
 
 @dataclass(frozen=True)
@@ -41,33 +41,38 @@ def verify_path(path: Path, trust: Trust | None = None, *,
     trust = trust or Trust()
     start = time.perf_counter()
     path = Path(path)
+
+    def run(tree: BagTree | None, reading: Reading) -> Verification:
+        return verify_tree(tree, trust, reading=reading,
+                           expected_protocol_sha256=expected_protocol_sha256,
+                           attestations=attestations, reproducers=reproducers,
+                           require_bit_identical=require_bit_identical)
+
     if extract.is_archive(path):
         with tempfile.TemporaryDirectory(prefix="verify-") as tmp:
-            prelude: list[Check] = []
-            tree = None
-            try:
-                detail = extract.extract_archive(path, Path(tmp))
-                root = extract.find_bag_root(Path(tmp))
-                tree = read_tree(root)
-                prelude.append(Check("archive.safe", "archive extracts safely", "pass", detail))
-            except Failed as exc:
-                prelude.append(Check("archive.safe", "archive extracts safely", "fail", str(exc)))
-            result = verify_tree(tree, trust, expected_protocol_sha256=expected_protocol_sha256,
-                                 prelude=prelude, attestations=attestations, reproducers=reproducers,
-                                 require_bit_identical=require_bit_identical)
+            result = run(*_read_archive(path, Path(tmp)))
         kind = "archive"
     else:
-        prelude = []
-        tree = None
-        try:
-            tree = read_tree(path)
-        except Failed as exc:
-            prelude.append(Check("bag.layout", "only tag files and data/, no links", "fail",
-                                 str(exc)))
-        result = verify_tree(tree, trust, expected_protocol_sha256=expected_protocol_sha256,
-                             prelude=prelude, attestations=attestations, reproducers=reproducers,
-                                 require_bit_identical=require_bit_identical)
+        result = run(*_read_folder(path))
         kind = "folder"
     return Outcome(str(path), kind, trust, result.checks, exit_code(result.checks),
                    time.perf_counter() - start, result.signer_fingerprint, result.notes,
                    result.assurance)
+
+
+def _read_archive(path: Path, dest: Path) -> tuple[BagTree | None, Reading]:
+    """The bag in the archive at `path`, extracted under `dest`, and how that went (archive.safe
+    reports it)."""
+    try:
+        detail = extract.extract_archive(path, dest)
+        return read_tree(extract.find_bag_root(dest)), Reading(archive=True, detail=detail)
+    except Failed as exc:
+        return None, Reading(archive=True, failure=exc)
+
+
+def _read_folder(path: Path) -> tuple[BagTree | None, Reading]:
+    """The bag folder at `path` read into memory, and how that went (bag.layout reports it)."""
+    try:
+        return read_tree(path), Reading()
+    except Failed as exc:
+        return None, Reading(failure=exc)

@@ -17,7 +17,7 @@ from bundle import layout
 from bundle.canonical import loads_strict
 from bundle.errors import CanonicalJSONError
 from verify.context import Context
-from verify.result import Failed
+from verify.result import DigestMismatch, Failed
 from verify.tree import BagTree
 
 _REQUIRED_TAGS: Final = frozenset({layout.BAGIT_TXT, layout.BAG_INFO, layout.MANIFEST_SHA256,
@@ -185,8 +185,10 @@ def _compare(tree: BagTree, entries: dict[str, str], expected_paths: set[str], n
     for path in sorted(listed):
         actual = digest(tree, path, algorithm)
         if actual != entries[path]:
-            raise Failed(f"{algorithm} mismatch for {path!r}: {name} says {entries[path][:16]}…, "
-                         f"the file hashes to {actual[:16]}…; the file or the manifest was changed.")
+            raise DigestMismatch(f"{algorithm} mismatch for {path!r}: {name} says "
+                                 f"{entries[path][:16]}…, the file hashes to {actual[:16]}…; the "
+                                 "file or the manifest was changed.", path=path, algorithm=algorithm,
+                                 expected=entries[path], found=actual)
 
 
 def check_manifest(tree: BagTree, name: str, algorithm: str) -> str:
@@ -299,8 +301,10 @@ def declaration(ctx: Context) -> str:
 
 
 def entries(ctx: Context) -> str:
-    """The format's tag files and data/ at the root (others noted); no links or special files."""
-    return check_layout(ctx.bag(), ctx.notes)
+    """A readable bag: the format's tag files and data/ at the root, no links or special files."""
+    if ctx.tree is None:  # the folder could not be read as a bag at all (verify.api)
+        raise ctx.reading.failure or Failed("the bag could not be read.")
+    return check_layout(ctx.tree, ctx.notes)
 
 
 def payload_set(ctx: Context) -> str:

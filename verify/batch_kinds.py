@@ -122,7 +122,8 @@ def _check_totals(p: Mapping[str, Any], groups: list[Mapping[str, Any]]) -> None
 
 def grouped(ctx: Context, n: str) -> str:
     """Its batch-kind groups restate the bundle's records and its own numbers; same-kind differences flagged."""
-    found: dict[str, Any] = ctx.need(ctx.reproductions.get(n), f"attestation {n}'s signed statement")
+    found: dict[str, Any] = ctx.need(ctx.reproductions.get(n), "reproduction.statements",
+                                     f"attestation {n}'s signed statement")
     p = found["statement"]["predicate"]
     if "batch_kinds" not in p:
         return "no batch-kind groups recorded (an attestation written before them)"

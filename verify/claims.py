@@ -52,7 +52,7 @@ def expected_predicate(ctx: Context) -> dict[str, Any]:
                            "sha256": schemacheck.schema_sha256(name)}
                     for path, name in sorted(layout.PAYLOAD_SCHEMAS.items())
                     if path in ctx.bag().files},
-        "signer_fingerprint": ctx.need(ctx.signer_fingerprint, "the signer"),
+        "signer_fingerprint": ctx.need(ctx.signer_fingerprint, "signature.statement"),
     }
 
 

@@ -62,7 +62,7 @@ def check_format(predicate: dict[str, Any], verifier_version: str = __version__)
 def bundle_format(ctx: Context) -> int:
     """The format version the signed statement states (format.version checked it is one this
     release reads)."""
-    statement = ctx.need(ctx.statement, "the signed statement")
+    statement = ctx.need(ctx.statement, "signature.statement")
     return int(statement["predicate"]["format"]["version"])
 
 
@@ -86,5 +86,5 @@ def format_fields(ctx: Context) -> str:
 
 def format_version(ctx: Context) -> str:
     """The bundle's format version is one this verifier reads."""
-    statement = ctx.need(ctx.statement, "the signed statement")
+    statement = ctx.need(ctx.statement, "signature.statement")
     return check_format(statement["predicate"])

@@ -1,8 +1,10 @@
 """What a check reads: the bag, the trust anchor, and what earlier checks established.
 
 Every check is a function of one Context. A check that parses a document stores it here on
-success; a later check that needs it asks through `need`, `doc`, `table` or `sha`, which raise
-Skipped when the earlier check could not establish it."""
+success (a fact it provides, verify/facts.py); a later check that needs it asks through `need`,
+`bag`, `doc`, `table` or `sha`, which raise Missing when the part it asks for was not established.
+Each accessor serves one fact, and a check may ask only for the facts its table entry declares it
+needs (`declared`): an undeclared read is a programming error, never a skip."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from bundle import layout
 from bundle.dsse import Envelope
 from verify.parsed import PoolData
-from verify.result import Failed, Skipped
+from verify.result import Failed, Missing, VerifyError
 from verify.tree import BagTree
 
 METRIC_TOL: Final = 1e-9
@@ -53,6 +55,21 @@ class Attestation:
     data: bytes
 
 
+@dataclass(frozen=True)
+class Reading:
+    """How the input was read before any check ran: from an archive or a folder, what the
+    extraction reported, and the failure that left no bag to check (reported by archive.safe or
+    bag.layout)."""
+
+    archive: bool = False
+    detail: str = ""
+    failure: Failed | None = None
+
+
+class UndeclaredFact(VerifyError):
+    """A check asked for a fact its table entry does not declare: the table is wrong."""
+
+
 @dataclass
 class Context:
     """What the checks found so far; a later check reads what an earlier one established."""
@@ -78,34 +95,51 @@ class Context:
     """Attestation number -> what its checks established so far (signer, statement, verdict)."""
     require_bit_identical: bool = False
     """--require-bit-identical: only a `bit-identical` reproduction passes, not an `equivalent` one."""
+    reading: Reading = field(default_factory=Reading)
+    declared: frozenset[str] | None = None
+    """The facts the running check's entry needs (set by the runner); None: no check is running
+    under a table, so every fact may be read."""
 
-    def need(self, value: T | None, what: str) -> T:
-        """`value`, or Skipped when the earlier check that sets it did not pass."""
+    def need(self, value: T | None, fact: str, what: str | None = None) -> T:
+        """`value`, part of the declared `fact` (`what` in words); Missing when it is absent."""
+        self.require(fact)
         if value is None:
-            raise Skipped(f"not run: {what} could not be established (see above)")
+            raise Missing(f"not run: {what or fact} could not be established (see above)",
+                          fact=fact, item=what)
         return value
+
+    def require(self, fact: str) -> None:
+        """UndeclaredFact unless the running check's entry declares that it needs `fact`."""
+        if self.declared is not None and fact not in self.declared:
+            raise UndeclaredFact(f"the check reads {fact}, which its table entry does not declare")
 
     def bag(self) -> BagTree:
         """The bag read into memory."""
-        return self.need(self.tree, "the bag")
+        return self.need(self.tree, "bag.files", "the bag")
 
     def doc(self, path: str) -> Any:
-        """The parsed, schema-valid JSON file at `path` (or "predicate")."""
+        """The parsed, schema-valid JSON file at `path` (or "predicate", the signed one)."""
+        fact = "signature.predicate" if path == "predicate" else "payload.documents"
+        self.require(fact)
         if path not in self.docs:
-            raise Skipped(f"not run: {path} is missing, unreadable or invalid (see above)")
+            raise Missing(f"not run: {path} is missing, unreadable or invalid (see above)",
+                          fact=fact, item=path)
         return self.docs[path]
 
     def table(self, pool: str) -> PoolData:
         """The parsed predictions of `pool`."""
+        self.require("payload.predictions")
         if pool not in self.tables:
-            raise Skipped(f"not run: data/predictions/{pool}.parquet could not be read (see above)")
+            path = f"data/predictions/{pool}.parquet"
+            raise Missing(f"not run: {path} could not be read (see above)",
+                          fact="payload.predictions", item=path)
         return self.tables[pool]
 
     def sha(self, path: str) -> str:
-        """sha256 of the file at `path` in the bag; Skipped when it is missing."""
+        """sha256 of the file at `path` in the bag; Missing when it is missing."""
         tree = self.bag()
         if path not in tree.files:
-            raise Skipped(f"not run: {path} is missing")
+            raise Missing(f"not run: {path} is missing", fact="bag.files", item=path)
         return tree.sha256(path)
 
     def payload_sha(self, path: str) -> str | None:

@@ -268,7 +268,7 @@ def structure(ctx: Context) -> str:
 
 def files(ctx: Context) -> str:
     """The crate's File entities are the payload files with their sha256, size and format."""
-    graph = ctx.need(ctx.crate_graph, "the crate")
+    graph = ctx.need(ctx.crate_graph, "crate.graph")
     tree = ctx.bag()
     payload = tree.payload()
     return check_files(graph, {p: tree.files[p] for p in payload},
@@ -277,7 +277,7 @@ def files(ctx: Context) -> str:
 
 def run(ctx: Context) -> str:
     """The crate's run reads the protocol and the inputs and produces every other file."""
-    graph = ctx.need(ctx.crate_graph, "the crate")
+    graph = ctx.need(ctx.crate_graph, "crate.graph")
     tree = ctx.bag()
     return check_run(graph, tree.payload(), ctx.doc(layout.RESOURCES_JSON),
                      ctx.doc(layout.ENVIRONMENT_JSON))
@@ -285,25 +285,25 @@ def run(ctx: Context) -> str:
 
 def signer(ctx: Context) -> str:
     """The crate names the key that signed the bag; datePublished equals Bagging-Date."""
-    graph = ctx.need(ctx.crate_graph, "the crate")
-    info = ctx.need(ctx.info, "bag-info.txt")
-    return check_signer(graph, ctx.need(ctx.signer_fingerprint, "the signer"),
+    graph = ctx.need(ctx.crate_graph, "crate.graph")
+    info = ctx.need(ctx.info, "bag.info")
+    return check_signer(graph, ctx.need(ctx.signer_fingerprint, "signature.statement"),
                         info[layout.INFO_BAGGING_DATE])
 
 
 def publication(ctx: Context) -> str:
     """The crate's licence, publisher and authors are those of the signed predicate."""
-    graph = ctx.need(ctx.crate_graph, "the crate")
+    graph = ctx.need(ctx.crate_graph, "crate.graph")
     return check_publication(graph, ctx.doc("predicate").get("publication"))
 
 
 def regenerated(ctx: Context) -> str:
     """ro-crate-metadata.json is byte for byte the crate the verifier renders from the checked records."""
     data = ctx.file(layout.RO_CRATE_JSON)
-    graph = ctx.need(ctx.crate_graph, "the crate")
+    graph = ctx.need(ctx.crate_graph, "crate.graph")
     version = renderer.renderer(ctx)
     tree = ctx.bag()
-    info = ctx.need(ctx.info, "bag-info.txt")
+    info = ctx.need(ctx.info, "bag.info")
     # The job's release is recorded nowhere but in the crate; like every record it is the
     # signer's statement, so it is the one value taken from the file under check.
     software = graph.get(SOFTWARE_ID, {}).get("version")
@@ -313,7 +313,7 @@ def regenerated(ctx: Context) -> str:
         {p.removeprefix("data/"): tree.files[p] for p in tree.payload()},
         protocol=ctx.doc(layout.PROTOCOL_JSON), resources=ctx.doc(layout.RESOURCES_JSON),
         environment=ctx.doc(layout.ENVIRONMENT_JSON),
-        signer_fingerprint=ctx.need(ctx.signer_fingerprint, "the signer"),
+        signer_fingerprint=ctx.need(ctx.signer_fingerprint, "signature.statement"),
         date_published=info[layout.INFO_BAGGING_DATE], publication=ctx.doc("predicate")["publication"],
         software_version=software)
     if data != expected:

@@ -16,7 +16,8 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Final
 
 from verify import limits, ustar
-from verify.result import Failed, InputError
+from verify.context import Context
+from verify.result import Failed, InputError, UnsafeArchive
 
 MAX_MEMBERS: Final = limits.MAX_ENTRIES
 MAX_FILE_BYTES: Final = limits.MAX_FILE_BYTES
@@ -33,19 +34,23 @@ def _safe_name(name: str) -> PurePosixPath:
     """The member's relative path; Failed for an absolute path, '..', '.', an empty component, a
     NUL, a backslash, a drive letter or a name over the format's limits."""
     if not name or "\x00" in name or "\\" in name:
-        raise Failed(f"archive member name {name!r} is empty or holds a NUL or a backslash; "
-                     "the archive was not written by the job.")
+        raise UnsafeArchive(f"archive member name {name!r} is empty or holds a NUL or a backslash; "
+                            "the archive was not written by the job.", member=name,
+                            reason="empty name, NUL or backslash")
     if name.startswith("/"):
-        raise Failed(f"archive member {name!r} has an absolute path; refusing to extract it.")
+        raise UnsafeArchive(f"archive member {name!r} has an absolute path; refusing to extract it.",
+                            member=name, reason="absolute path")
     parts = name.split("/")
     if any(p == ".." for p in parts):
-        raise Failed(f"archive member {name!r} escapes the extraction folder with '..'; "
-                     "refusing to extract it.")
+        raise UnsafeArchive(f"archive member {name!r} escapes the extraction folder with '..'; "
+                            "refusing to extract it.", member=name, reason="path escapes with ..")
     if any(p in ("", ".") for p in parts):
-        raise Failed(f"archive member {name!r} has an empty or '.' path component, which "
-                     f"`bundle archive` never writes{ustar.FOREIGN}.")
+        raise UnsafeArchive(f"archive member {name!r} has an empty or '.' path component, which "
+                            f"`bundle archive` never writes{ustar.FOREIGN}.", member=name,
+                            reason="empty or . path component")
     if len(parts[0]) >= 2 and parts[0][1] == ":":
-        raise Failed(f"archive member {name!r} starts with a drive letter; refusing to extract it.")
+        raise UnsafeArchive(f"archive member {name!r} starts with a drive letter; refusing to extract "
+                            "it.", member=name, reason="drive letter")
     encoded = [os.fsencode(p) for p in parts]
     if any(len(p) > limits.MAX_NAME_BYTES for p in encoded) or (
             sum(len(p) + 1 for p in encoded) > limits.MAX_PATH_BYTES):
@@ -84,18 +89,22 @@ class _Names:
             return
         exact, was_dir, was_member = seen
         if exact != path:
-            raise Failed(f"archive member {member!r} differs from {exact!r} only in case or "
-                         "Unicode form; on a case-insensitive file system one would replace "
-                         "the other, refusing to extract it.")
+            raise UnsafeArchive(f"archive member {member!r} differs from {exact!r} only in case or "
+                                "Unicode form; on a case-insensitive file system one would "
+                                "replace the other, refusing to extract it.", member=member,
+                                reason="differs from another member only in case or Unicode form")
         if explicit and was_member:
-            raise Failed(f"archive member {member!r} appears twice; a later copy would silently "
-                         "replace the first, refusing to extract it.")
+            raise UnsafeArchive(f"archive member {member!r} appears twice; a later copy would silently "
+                                "replace the first, refusing to extract it.", member=member,
+                                reason="appears twice")
         if not was_dir:
-            raise Failed(f"archive member {member!r} goes through the file {exact!r}, which is "
-                         "not a folder; refusing to extract it.")
+            raise UnsafeArchive(f"archive member {member!r} goes through the file {exact!r}, which is "
+                                "not a folder; refusing to extract it.", member=member,
+                                reason="goes through a file")
         if not is_dir:
-            raise Failed(f"archive member {member!r} is a file where the archive already has a "
-                         "folder; refusing to extract it.")
+            raise UnsafeArchive(f"archive member {member!r} is a file where the archive already has a "
+                                "folder; refusing to extract it.", member=member,
+                                reason="file where a folder is")
         if explicit:
             self._seen[key] = (path, True, True)
 
@@ -169,8 +178,9 @@ def _member(blocks: ustar.GzipBlocks, header: ustar.Header, dest: Path, names: _
                 from exc
         return total
     if header.size > MAX_FILE_BYTES:
-        raise Failed(f"archive member {header.name!r} is {header.size} bytes, over the "
-                     f"{MAX_FILE_BYTES}-byte limit for one file.")
+        raise UnsafeArchive(f"archive member {header.name!r} is {header.size} bytes, over the "
+                            f"{MAX_FILE_BYTES}-byte limit for one file.", member=header.name,
+                            reason="over the size limit for one file")
     total += header.size
     if total > MAX_TOTAL_BYTES:
         raise Failed(f"archive expands to more than {MAX_TOTAL_BYTES} bytes; refusing to extract "
@@ -235,3 +245,10 @@ def find_bag_root(dest: Path) -> Path:
     names = sorted(e.name for e in entries)
     raise Failed(f"archive holds {names[:5]} at its top level, not one bag folder with "
                  "bagit.txt; pass the archive the job wrote.")
+
+
+def safe(ctx: Context) -> str:
+    """The archive was extracted and its bag read safely before the checks ran (verify.api)."""
+    if ctx.reading.failure is not None:
+        raise ctx.reading.failure
+    return ctx.reading.detail

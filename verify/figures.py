@@ -4,13 +4,14 @@ the audit pool's logits), when this verifier has the bundle's renderer and matpl
 
 from __future__ import annotations
 
+import hashlib
 import struct
 import zlib
 
 from bundle import layout
 from verify import renderer
 from verify.context import Context
-from verify.result import Failed
+from verify.result import DigestMismatch, Failed
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -60,7 +61,11 @@ def regenerated(ctx: Context) -> str:
     drawn = render_figures(ctx.doc(layout.METRICS_JSON), ctx.table("audit").z)
     differ = [path for path in layout.FIGURES if drawn[layout.data_name(path)] != found[path]]
     if differ:
-        raise Failed(f"{', '.join(differ)} {'is' if len(differ) == 1 else 'are'} not the figure"
-                     f"{'' if len(differ) == 1 else 's'} of these records (renderer {version}, matplotlib "
-                     f"{mpl}): a reader would see a picture the records do not support.")
+        raise DigestMismatch(
+            f"{', '.join(differ)} {'is' if len(differ) == 1 else 'are'} not the figure"
+            f"{'' if len(differ) == 1 else 's'} of these records (renderer {version}, matplotlib "
+            f"{mpl}): a reader would see a picture the records do not support.",
+            path=differ[0], algorithm="sha256",
+            expected=hashlib.sha256(drawn[layout.data_name(differ[0])]).hexdigest(),
+            found=hashlib.sha256(found[differ[0]]).hexdigest())
     return f"both figures equal the verifier's drawing of the records (renderer {version}, matplotlib {mpl})"

@@ -3,10 +3,13 @@ recomputed from the logits, and the temperature changes no prediction."""
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from bundle import layout
 from verify import numerics
 from verify.context import METRIC_TOL, POOL_NAMES, Context
-from verify.result import Failed
+from verify.result import Failed, Scalar, ValueMismatch
 
 ROLES = {"audit": "evidence", "calibration": "fit pool, not evidence"}
 
@@ -42,6 +45,17 @@ def each_pool_and_scale(ctx: Context) -> list[dict[str, str]]:
             for which in ("raw", "calibrated")]
 
 
+def _leaf(value: Any, path: str) -> Scalar:
+    """The JSON scalar at `path` (`.b[2].c`) under `value`, or None when it is absent or not a
+    scalar."""
+    for key, index in re.findall(r"\.([^.\[]+)|\[(\d+)\]", path):
+        try:
+            value = value[key] if key else value[int(index)]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return value if value is None or isinstance(value, (str, int, float, bool)) else None
+
+
 def recomputed(ctx: Context, pool: str, which: str) -> str:
     """Every field of one pool's raw or calibrated metrics recomputed from the logits."""
     m = ctx.doc(layout.METRICS_JSON)
@@ -57,7 +71,10 @@ def recomputed(ctx: Context, pool: str, which: str) -> str:
     numerics.compare(found, expected, f"{pool}.{which}", METRIC_TOL, diffs)
     if diffs:
         more = f" (+{len(diffs) - 3} more)" if len(diffs) > 3 else ""
-        raise Failed("metrics differ from the logits: " + "; ".join(diffs[:3]) + more + ".")
+        path = diffs[0].split(": ", 1)[0].removeprefix(f"{pool}.{which}")
+        raise ValueMismatch("metrics differ from the logits: " + "; ".join(diffs[:3]) + more + ".",
+                            file=layout.METRICS_JSON, field=f"pools.{pool}.{which}{path}",
+                            expected=_leaf(expected, path), found=_leaf(found, path))
     return (f"n {expected['n']}, accuracy {expected['accuracy']:.4f}, NLL "
             f"{expected['nll']:.4f}, ECE {expected['ece']:.4f}: all fields, 10 bins, "
             f"threshold counts within {METRIC_TOL:g}")

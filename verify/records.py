@@ -11,7 +11,7 @@ from bundle import layout
 from verify import limits
 from verify.bag import safe_bag_path
 from verify.context import Context
-from verify.result import Failed
+from verify.result import DigestMismatch, Failed, ValueMismatch
 
 STAGE_ORDER = ["split", "calibration-inference", "fit", "audit-inference", "metrics"]
 FORMAL_UNPINNED_PINS = ("hub-lfs", "first-use")
@@ -24,8 +24,10 @@ def check_protocol_everywhere(protocol_sha: str, named: dict[str, str]) -> str:
     wrong = {where: value for where, value in named.items() if value != protocol_sha}
     if wrong:
         where, value = next(iter(wrong.items()))
-        raise Failed(f"{where} names protocol {str(value)[:16]}…, but data/protocol.json hashes to "
-                     f"{protocol_sha[:16]}… ({len(wrong)} place(s) disagree).")
+        raise ValueMismatch(f"{where} names protocol {str(value)[:16]}…, but data/protocol.json "
+                            f"hashes to {protocol_sha[:16]}… ({len(wrong)} place(s) disagree).",
+                            file=where, field="protocol_sha256", expected=protocol_sha,
+                            found=str(value))
     return f"sha256 {protocol_sha[:16]}… named by all {len(named)} records"
 
 
@@ -173,8 +175,10 @@ def check_stage_records(stages: dict[str, Any], payload_sha: Callable[[str], str
                                  "itself.")
                 actual = payload_sha(f"data/{path}")
                 if actual is not None and actual != digest:
-                    raise Failed(f"stage {stage['name']!r} {role} {path} with sha256 "
-                                 f"{digest[:16]}…, the file in the bag hashes to {actual[:16]}….")
+                    raise DigestMismatch(f"stage {stage['name']!r} {role} {path} with sha256 "
+                                         f"{digest[:16]}…, the file in the bag hashes to "
+                                         f"{actual[:16]}….", path=f"data/{path}",
+                                         algorithm="sha256", expected=digest, found=actual)
                 checked += actual is not None
     return (f"{len(names)} stages in order; {checked} recorded hashes equal the files; "
             f"{times}")
@@ -228,7 +232,7 @@ def protocol_hash(ctx: Context) -> str:
     """bag-info.txt, every record, every stage and the predicate name the sha256 of data/protocol.json."""
     sha = ctx.sha(layout.PROTOCOL_JSON)
     named: dict[str, str] = {}
-    info = ctx.need(ctx.info, "bag-info.txt")
+    info = ctx.need(ctx.info, "bag.info")
     named["bag-info.txt Protocol-SHA256"] = info[layout.INFO_PROTOCOL_SHA256]
     for path in (layout.POOLS_JSON, layout.TEMPERATURE_JSON, layout.TRAJECTORY_JSON,
                  layout.METRICS_JSON, layout.STAGES_JSON):
@@ -249,17 +253,18 @@ def has_pre_registered_protocol(ctx: Context) -> bool:
 
 def pre_registered(ctx: Context) -> str:
     """data/protocol.json is byte-identical to the pre-registered protocol."""
-    pinned = ctx.need(ctx.expected_protocol_sha256, "the pre-registered protocol")
+    pinned = ctx.need(ctx.expected_protocol_sha256, "input.pre-registered-protocol")
     sha = ctx.sha(layout.PROTOCOL_JSON)
     if sha != pinned:
-        raise Failed(f"data/protocol.json hashes to {sha[:16]}…, the pre-registered "
-                     f"protocol to {pinned[:16]}….")
+        raise DigestMismatch(f"data/protocol.json hashes to {sha[:16]}…, the pre-registered "
+                             f"protocol to {pinned[:16]}….", path=layout.PROTOCOL_JSON,
+                             algorithm="sha256", expected=pinned, found=sha)
     return f"data/protocol.json is the pre-registered protocol ({sha[:16]}…)"
 
 
 def resource_pins(ctx: Context) -> str:
     """The profile, the resources against the protocol's pins, the pools' dataset hash."""
-    info = ctx.need(ctx.info, "bag-info.txt")
+    info = ctx.need(ctx.info, "bag.info")
     return check_resources(ctx.doc(layout.RESOURCES_JSON), ctx.doc(layout.PROTOCOL_JSON),
                            info[layout.INFO_PROFILE],
                            ctx.doc(layout.POOLS_JSON)["dataset_sha256"])

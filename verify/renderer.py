@@ -17,7 +17,7 @@ from typing import Any
 from bundle import layout
 from bundle.views import RENDERER_PACKAGE, RENDERER_VERSION
 from verify.context import Context
-from verify.result import Skipped
+from verify.result import Missing
 
 FIRST_RENDERER = "1"
 """The renderer of bundles that record none: version 1 wrote every view before versions were
@@ -30,28 +30,32 @@ def _packages(ctx: Context) -> dict[str, Any]:
 
 
 def renderer(ctx: Context) -> str:
-    """This verifier's renderer version, after making sure it is the bundle's; Skipped when not."""
+    """This verifier's renderer version, after making sure it is the bundle's; Missing when not."""
+    ctx.require("verifier.renderer")
     recorded = _packages(ctx).get(RENDERER_PACKAGE) or FIRST_RENDERER
     if recorded != RENDERER_VERSION:
-        raise Skipped(f"not compared: the bundle's views were rendered by renderer {recorded} "
+        raise Missing(f"not compared: the bundle's views were rendered by renderer {recorded} "
                       f"(environment.json), this verifier renders with {RENDERER_VERSION}; verify with "
-                      f"a verifier of renderer {recorded}.")
+                      f"a verifier of renderer {recorded}.", fact="verifier.renderer",
+                      item=f"renderer {recorded}")
     return RENDERER_VERSION
 
 
 def matplotlib_version(ctx: Context) -> str:
     """The installed matplotlib's version when the bundle's figures can be drawn with it (the
-    bundle records the same one, or none); Skipped with the reason otherwise."""
+    bundle records the same one, or none); Missing with the reason otherwise."""
+    ctx.require("verifier.renderer")
     try:
         installed = metadata.version("matplotlib")
     except metadata.PackageNotFoundError:
-        raise Skipped("not compared: matplotlib is not installed; install verify/requirements.txt "
-                      "to redraw the figures.") from None
+        raise Missing("not compared: matplotlib is not installed; install verify/requirements.txt "
+                      "to redraw the figures.", fact="verifier.renderer", item="matplotlib") from None
     recorded = _packages(ctx).get("matplotlib")
     if recorded is not None and recorded != installed:
-        raise Skipped(f"not compared: the figures were drawn with matplotlib {recorded} "
+        raise Missing(f"not compared: the figures were drawn with matplotlib {recorded} "
                       f"(environment.json), this verifier has {installed}; install matplotlib=={recorded} "
-                      "(verify/requirements.txt pins the job's) to redraw them.")
+                      "(verify/requirements.txt pins the job's) to redraw them.",
+                      fact="verifier.renderer", item=f"matplotlib {recorded}")
     return installed
 
 

@@ -83,7 +83,7 @@ def _statement(payload: bytes, source: str) -> dict[str, Any]:
 
 
 def _found(ctx: Context, n: str) -> dict[str, Any]:
-    return ctx.need(ctx.reproductions.get(n), f"attestation {n}'s signed statement")
+    return ctx.need(ctx.reproductions.get(n), "reproduction.statements", f"attestation {n}'s signed statement")
 
 
 # -- the checks (verify/checks.py lists them in order) ---------------------------------------
@@ -123,8 +123,8 @@ def subjects(ctx: Context, n: str) -> str:
     """Its subjects are this bundle's signed statement and predictions files; same protocol and resources."""
     found = _found(ctx, n)
     statement = found["statement"]
-    env = ctx.need(ctx.envelope, "the bundle's envelope")
-    ctx.need(ctx.statement, "the bundle's valid signature")
+    env = ctx.need(ctx.envelope, "signature.envelope")
+    ctx.need(ctx.statement, "signature.statement")
     want = {layout.SIGNED_STATEMENT_SUBJECT: hashlib.sha256(env.payload).hexdigest()}
     want.update({layout.PREDICTIONS[p]: ctx.sha(layout.PREDICTIONS[p]) for p in layout.REPRODUCTION_POOLS})
     digests, _ = signature.subject_digests(statement["subject"])

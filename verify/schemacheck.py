@@ -17,7 +17,7 @@ from bundle.errors import CanonicalJSONError
 from bundle.schemas import SCHEMA_DIR
 from verify import bag, fastarrays
 from verify.context import Context
-from verify.result import Failed
+from verify.result import Failed, SchemaViolation
 
 
 @functools.cache
@@ -74,8 +74,11 @@ def validate(doc: Any, name: str, source: str) -> None:
     if error is not None:
         where = "$" + "".join(f"[{p!r}]" if isinstance(p, str) else f"[{p}]"
                               for p in error.absolute_path)
-        raise Failed(f"{source} does not follow the verifier's schema {schema_id(name)} at "
-                     f"{where}: {error.message[:300]}.")
+        pointer = "".join("/" + str(p).replace("~", "~0").replace("/", "~1")
+                          for p in error.absolute_path)
+        raise SchemaViolation(f"{source} does not follow the verifier's schema {schema_id(name)} "
+                              f"at {where}: {error.message[:300]}.", file=source, pointer=pointer,
+                              reason=error.message[:300])
 
 
 # -- the checks (verify/checks.py lists them in order) ---------------------------------------
@@ -113,7 +116,7 @@ def json_file(ctx: Context, path: str, name: str) -> str:
 
 def signed_statement(ctx: Context) -> str:
     """The signed statement and its predicate against the verifier's schemas."""
-    doc = ctx.need(ctx.statement, "the signed statement")
+    doc = ctx.need(ctx.statement, "signature.statement")
     validate(doc, "statement", "the signed statement")
     ctx.docs["predicate"] = doc["predicate"]
     return (f"valid against {schema_id('statement')} and "

@@ -20,7 +20,14 @@ from bundle.errors import CanonicalJSONError, EnvelopeError
 from bundle.keys import fingerprint
 from verify import bag, limits, schemacheck
 from verify.context import Context
-from verify.result import Failed, InputError, Skipped
+from verify.result import (
+    DigestMismatch,
+    Failed,
+    InputError,
+    Missing,
+    SignatureInvalid,
+    ValueMismatch,
+)
 
 
 def load_public_key_pem(data: bytes, source: str) -> Ed25519PublicKey:
@@ -137,10 +144,11 @@ def compare_subjects(signed: dict[str, str], manifest: dict[str, str],
                      f", signed but not in the bag {extra[:5]}.")
     for name in sorted(signed):
         if signed[name] != manifest[name] or signed[name] != actual.get(name):
-            raise Failed(f"sha256 mismatch for {name!r}: the signed statement says "
-                         f"{signed[name][:16]}…, the manifest {manifest[name][:16]}…, the file "
-                         f"{actual.get(name, 'missing')[:16]}…; the payload was changed after "
-                         "signing.")
+            raise DigestMismatch(f"sha256 mismatch for {name!r}: the signed statement says "
+                                 f"{signed[name][:16]}…, the manifest {manifest[name][:16]}…, the "
+                                 f"file {actual.get(name, 'missing')[:16]}…; the payload was changed "
+                                 "after signing.", path=name, algorithm="sha256",
+                                 expected=signed[name], found=actual.get(name, "missing"))
     return f"{len(signed)} subjects, equal to the manifest and to the files"
 
 
@@ -173,21 +181,24 @@ def envelope(ctx: Context) -> str:
 def valid(ctx: Context) -> str:
     """Ed25519 over PAE of the exact payload by signer.pub.pem, the key the bag names."""
     tree = ctx.bag()
-    env = ctx.need(ctx.envelope, "the envelope")
+    env = ctx.need(ctx.envelope, "signature.envelope")
     if layout.SIGNER_PUB not in tree.files:
         raise Failed(f"{layout.SIGNER_PUB} is missing; the signer's key is not in the bag.")
     key = load_signer_key(tree.files[layout.SIGNER_PUB], ctx.notes)
     fp = fingerprint(key)
     named = (ctx.info or {}).get(layout.INFO_SIGNER_FINGERPRINT)
     if named is not None and named != fp:
-        raise Failed(f"bag-info.txt names signer {named[:16]}…, the signing key is "
-                     f"{fp[:16]}….")
+        raise ValueMismatch(f"bag-info.txt names signer {named[:16]}…, the signing key is "
+                            f"{fp[:16]}….", file="bag-info.txt",
+                            field=layout.INFO_SIGNER_FINGERPRINT, expected=fp, found=named)
     index = env.signature_by(key)
     if index is None:
         keyids = [s.keyid[:16] + "…" for s in env.signatures]
-        raise Failed(f"the DSSE signature does not verify under {layout.SIGNER_PUB} (fingerprint "
-                     f"{fp[:16]}…; the envelope's keyids {keyids[:5]}); the statement or the "
-                     "signature was changed after signing, or the key was replaced.")
+        raise SignatureInvalid(f"the DSSE signature does not verify under {layout.SIGNER_PUB} "
+                               f"(fingerprint {fp[:16]}…; the envelope's keyids {keyids[:5]}); the "
+                               "statement or the signature was changed after signing, or the key "
+                               "was replaced.", reason="no signature verifies under the bag's key",
+                               keyid=fp)
     if env.signatures[index].keyid != fp:
         ctx.notes.append(f"signature {index} names keyid {env.signatures[index].keyid[:16]}…, but "
                          f"was made by {layout.SIGNER_PUB} ({fp[:16]}…); a keyid is only a hint")
@@ -200,9 +211,9 @@ def valid(ctx: Context) -> str:
 
 def signed_subjects(ctx: Context) -> str:
     """The signed subjects equal manifest-sha256.txt and the files, in every digest hashlib has."""
-    env = ctx.need(ctx.envelope, "the envelope")
-    ctx.need(ctx.statement, "the signed statement")
-    manifest = ctx.need(ctx.manifest, "manifest-sha256.txt")
+    env = ctx.need(ctx.envelope, "signature.envelope")
+    ctx.need(ctx.statement, "signature.statement")
+    manifest = ctx.need(ctx.manifest, "bag.manifest")
     tree = ctx.bag()
     _, digests, _ = parse_statement(env.payload)
     actual = {p: tree.sha256(p) for p in tree.payload()}
@@ -219,17 +230,19 @@ def signed_subjects(ctx: Context) -> str:
                 continue
             found = hashlib.new(hname, tree.files[name]).hexdigest()
             if found != value:
-                raise Failed(f"{algorithm} mismatch for {name!r}: the signed statement says "
-                             f"{value[:16]}…, the file hashes to {found[:16]}…; the payload was "
-                             "changed after signing.")
+                raise DigestMismatch(f"{algorithm} mismatch for {name!r}: the signed statement "
+                                     f"says {value[:16]}…, the file hashes to {found[:16]}…; the "
+                                     "payload was changed after signing.", path=name,
+                                     algorithm=algorithm, expected=value, found=found)
             others += 1
     return detail + (f", and {others} other signed digests" if others else "")
 
 
 def trusted_signer(ctx: Context) -> str:
     """At least the threshold of distinct trusted keys signed; skipped without a trusted key."""
-    env = ctx.need(ctx.envelope, "the envelope")
-    fp = ctx.need(ctx.signer_fingerprint, "a valid signature")
+    env = ctx.need(ctx.envelope, "signature.envelope")
+    fp = ctx.need(ctx.signer_fingerprint, "signature.statement")
+    ctx.require("input.trust")
     keys = ctx.trust.keys()
     trusted: dict[str, str] = {}
     by_trusted: set[int] = set()
@@ -245,18 +258,20 @@ def trusted_signer(ctx: Context) -> str:
             names = ", ".join(f"{src} ({kfp[:16]}…)" for kfp, src in trusted.items())
             return f"signed by {len(trusted)} trusted key(s), {want} required: {names}"
         sources = ", ".join(src for _, src in keys)
-        raise Failed(f"signed by {fp[:16]}…, not by the trusted key(s) {sources}: {len(trusted)} "
-                     f"of the {want} required trusted signatures verify; the bundle was re-signed "
-                     "by someone else, or a required signature is missing.")
+        raise SignatureInvalid(f"signed by {fp[:16]}…, not by the trusted key(s) {sources}: "
+                               f"{len(trusted)} of the {want} required trusted signatures verify; "
+                               "the bundle was re-signed by someone else, or a required signature "
+                               "is missing.", reason=f"{len(trusted)} of {want} trusted signatures",
+                               keyid=fp)
     if ctx.trust.fingerprint is not None:
         if ctx.trust.fingerprint != fp:
-            raise Failed(f"signed by {fp[:16]}…, not by the trusted fingerprint "
-                         f"{ctx.trust.fingerprint[:16]}…; the bundle was re-signed by someone "
-                         "else.")
+            raise SignatureInvalid(f"signed by {fp[:16]}…, not by the trusted fingerprint "
+                                   f"{ctx.trust.fingerprint[:16]}…; the bundle was re-signed by "
+                                   "someone else.", reason="not the trusted fingerprint", keyid=fp)
         return f"signer has the trusted fingerprint {fp[:16]}…"
-    raise Skipped(f"no trusted key given: the bundle is intact and signed by {fp[:16]}…, but "
+    raise Missing(f"no trusted key given: the bundle is intact and signed by {fp[:16]}…, but "
                   "whose key that is is not established; pass --trusted-key PUB.pem or "
-                  "--trusted-fingerprint HEX")
+                  "--trusted-fingerprint HEX", fact="input.trust", item="a trusted key")
 
 
 def _note_untrusted(ctx: Context, env: Envelope, fp: str, by_trusted: set[int]) -> None:

@@ -382,7 +382,7 @@ def verify_sweep(path: Path, keys: list[tuple[Ed25519PublicKey, str]], processes
         try:
             checks.append(Check(cid, title, "pass", functions[cid]()))
         except Failed as exc:
-            checks.append(Check(cid, title, "fail", str(exc)))
+            checks.append(Check(cid, title, "fail", str(exc), exc.details))
         except (OSError, KeyError, TypeError, ValueError, binascii.Error) as exc:
             checks.append(Check(cid, title, "fail", f"cannot be checked ({type(exc).__name__}: {exc})"))
     planned = [m["name"] for m in st.plan["members"]] if st.plan is not None else []

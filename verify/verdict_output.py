@@ -8,7 +8,7 @@ from typing import Any
 from bundle.keys import fingerprint
 from verify.api import Outcome
 from verify.plausibility import UNRECORDED, WARNINGS_CHECK
-from verify.result import EXIT_FAILED, EXIT_OK, EXIT_UNTRUSTED
+from verify.result import EXIT_FAILED, EXIT_OK, EXIT_UNTRUSTED, Check
 
 REPORT_VERSION = 1
 
@@ -56,10 +56,17 @@ def to_json(outcome: Outcome) -> dict[str, Any]:
         "counts": counts,
         "assurance": outcome.assurance,
         "seconds": round(outcome.seconds, 6),
-        "checks": [{"id": c.id, "title": c.title, "status": c.status, "detail": c.detail}
-                   for c in outcome.checks],
+        "checks": [_check(c) for c in outcome.checks],
         "unsigned_notes": list(outcome.notes),
     }
+
+
+def _check(c: Check) -> dict[str, Any]:
+    """One check of the report; a failed one carries its `details` (the failure's named facts)."""
+    out: dict[str, Any] = {"id": c.id, "title": c.title, "status": c.status, "detail": c.detail}
+    if c.status == "fail":
+        out["details"] = dict(c.details)
+    return out
 
 
 def dumps_report(outcome: Outcome) -> str:

@@ -54,14 +54,14 @@ def check_batch_owners(cluster: dict[str, Any], batches: dict[str, set[int]]) ->
 
 def batch_owners(ctx: Context) -> str:
     """Every recorded batch of both pools ran on exactly one worker of the cluster."""
-    cluster = ctx.need(_cluster(ctx), "environment.json's cluster")
+    cluster = ctx.need(_cluster(ctx), "payload.documents", "environment.json's cluster")
     batches = {pool: {int(b) for b in np.unique(ctx.table(pool).batch)} for pool in POOL_NAMES}
     return check_batch_owners(cluster, batches)
 
 
 def audit_temperature(ctx: Context) -> str:
     """The audit batches carried the sha256 of the bag's temperature.json to their workers."""
-    cluster = ctx.need(_cluster(ctx), "environment.json's cluster")
+    cluster = ctx.need(_cluster(ctx), "payload.documents", "environment.json's cluster")
     want = ctx.sha(layout.TEMPERATURE_JSON)
     if cluster["audit_temperature_sha256"] != want:
         raise Failed(f"environment.json says the audit batches carried temperature sha256 "
