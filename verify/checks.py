@@ -120,6 +120,8 @@ CONTENT: tuple[Entry | Group, ...] = (
           records.audit_after_fit),
     Entry("environment.threads", "torch threads within the protocol's bound", records.threads,
           when=records.has_thread_choice),
+    Entry("environment.forward", "the recorded forward and its check agree", records.forward_choice,
+          when=records.has_forward_choice),
     Entry("pools.split-keys", "split keys are sha256(prefix + idx)", pools.split_keys),
     Entry("pools.assignment", "pools re-derived by the split rule; sizes; disjoint",
           pools.assignment),
