@@ -215,8 +215,4 @@ def check_packed_forward(model: Model, repo: ResolvedRepo, s: Settings, texts: S
     except (OSError, ValueError) as exc:
         raise JobError(f"transformers cannot load the model to check the packed forward against ({exc}); "
                        "the files may not form a DistilBERT sequence classifier.") from exc
-    try:
-        return compare_forwards(packed, reference, enc, keys, s, model.pad_id)
-    finally:
-        del reference
-        release_free_memory()
+    return compare_forwards(packed, reference, enc, keys, s, model.pad_id)
