@@ -28,9 +28,10 @@ class Engine(Protocol):
     tokenizer / pad_id / segments: how the driver turns rows into batches; torch_info: the torch
     settings environment.json records; forward_choice: which forward the model runs and why
     (job.model.ForwardChoice's record, environment.json's forward_choice); run: logits [rows of
-    `tokens`, K] of the rows of `plan` (model output order, NaN for rows in no batch); `temperature_sha256` names the frozen
-    temperature and must be given for the audit pool; forward_check: job.forward_check's record;
-    cluster: the sharded record of environment.json (None in this process)."""
+    `tokens`, K] of the rows of `plan` (model output order, NaN for rows in no batch);
+    `temperature_sha256` names the frozen temperature and must be given for the audit pool;
+    forward_check: job.forward_check's record; cluster: the sharded record of environment.json
+    (None in this process)."""
 
     tokenizer: Any
     pad_id: int
