@@ -115,12 +115,16 @@ class DistilBertClassifier:
 
         try:
             config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise Unsupported(f"config.json cannot be read as JSON ({type(exc).__name__})") from exc
+        if not isinstance(config, dict) or config.get("model_type") != "distilbert":
+            found = config.get("model_type") if isinstance(config, dict) else None
+            raise Unsupported(f"config.json's model_type is {found!r}, not 'distilbert'")
+        try:
             n_layers, n_heads = int(config["n_layers"]), int(config["n_heads"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError) as exc:
             raise Unsupported(f"config.json has no DistilBERT n_layers and n_heads ({type(exc).__name__})") from exc
         weights = model_dir / "model.safetensors"
-        if config.get("model_type") != "distilbert":
-            raise Unsupported(f"config.json's model_type is {config.get('model_type')!r}, not 'distilbert'")
         if config.get("activation", "gelu") != "gelu" or config.get("sinusoidal_pos_embds"):
             raise Unsupported("config.json asks for a DistilBERT variant (activation other than gelu or "
                               "sinusoidal position embeddings) that the packed forward does not implement")
