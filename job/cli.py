@@ -180,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
+    from job.process import configure_process
+
+    configure_process()  # process-wide memory settings, before any table or tensor exists
     args = _parser().parse_args(argv)
     try:
         if args.command == "reproduce":

@@ -12,9 +12,11 @@ from numpy.typing import NDArray
 
 from job.errors import JobError
 
-# The name data/environment.json records for this forward (torch.forward); it predates this module's
-# name and stays fixed so that bundles of every version name the same forward the same way.
-PACKED_FORWARD = "job.inference.DistilBertClassifier"
+RECORDED_NAME = "job.inference.DistilBertClassifier"
+"""What data/environment.json's torch.forward says for this forward: a fixed label, not an import
+path (the class lived there when the label was first recorded); bundles of every version name the
+same forward the same way."""
+SUPPORTED_ARCHITECTURE = "DistilBertForSequenceClassification"
 WORD_EMBEDDINGS = "distilbert.embeddings.word_embeddings.weight"
 """The word-embedding matrix's name in the checkpoint."""
 LAYER_NORM_EPS = 1e-12  # transformers' DistilBERT: every LayerNorm
@@ -32,6 +34,10 @@ class _Layer:
     lin1: tuple[Any, Any]
     lin2: tuple[Any, Any]
     out_norm: tuple[Any, Any]
+
+
+class Unsupported(Exception):
+    """The model files are not what the packed forward implements; str(): the reason, one clause."""
 
 
 class DistilBertClassifier:
@@ -58,7 +64,7 @@ class DistilBertClassifier:
     (measured on the stand-in model: 2 of 39 batches at 2 and 4 threads, up to 1.5e-6). These
     logits are the job's by definition: the protocol fixes this layout and the batches."""
 
-    name = PACKED_FORWARD
+    name = RECORDED_NAME
 
     def __init__(self, tensors: dict[str, Any], n_heads: int, word_rows: WordRows | None = None) -> None:
         def pair(name: str) -> tuple[Any, Any]:
@@ -98,9 +104,10 @@ class DistilBertClassifier:
                 *(f"{n}.{p}" for n in names for p in ("weight", "bias"))]
 
     @classmethod
-    def load(cls, model_dir: Path) -> DistilBertClassifier | None:
-        """From config.json and model.safetensors (tensors memory-mapped, not copied), or None when
-        they are not a float32 DistilBERT sequence classifier in transformers' tensor layout."""
+    def load(cls, model_dir: Path) -> DistilBertClassifier:
+        """From config.json and model.safetensors (tensors memory-mapped, not copied). Unsupported,
+        with the reason, when they are not a float32 DistilBERT sequence classifier in transformers'
+        tensor layout (job.model then runs transformers' own forward and records why)."""
         import json
 
         import torch
@@ -108,26 +115,37 @@ class DistilBertClassifier:
 
         try:
             config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise Unsupported(f"config.json cannot be read as JSON ({type(exc).__name__})") from exc
+        if not isinstance(config, dict) or config.get("model_type") != "distilbert":
+            found = config.get("model_type") if isinstance(config, dict) else None
+            raise Unsupported(f"config.json's model_type is {found!r}, not 'distilbert'")
+        try:
             n_layers, n_heads = int(config["n_layers"]), int(config["n_heads"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise Unsupported(f"config.json has no DistilBERT n_layers and n_heads ({type(exc).__name__})") from exc
         weights = model_dir / "model.safetensors"
-        if (config.get("model_type") != "distilbert" or config.get("activation", "gelu") != "gelu"
-                or config.get("sinusoidal_pos_embds") or not weights.is_file()):
-            return None
-        archs = config.get("architectures") or ["DistilBertForSequenceClassification"]
-        if "DistilBertForSequenceClassification" not in archs:
-            return None
+        if config.get("activation", "gelu") != "gelu" or config.get("sinusoidal_pos_embds"):
+            raise Unsupported("config.json asks for a DistilBERT variant (activation other than gelu or "
+                              "sinusoidal position embeddings) that the packed forward does not implement")
+        archs = config.get("architectures") or [SUPPORTED_ARCHITECTURE]
+        if SUPPORTED_ARCHITECTURE not in archs:
+            raise Unsupported(f"config.json's architectures {archs} do not include {SUPPORTED_ARCHITECTURE}")
+        if not weights.is_file():
+            raise Unsupported("the model has no model.safetensors")
         names = cls.required(n_layers)
         try:
             with safe_open(weights, framework="pt") as f:
-                if not set(names) <= set(f.keys()):
-                    return None
+                missing = sorted(set(names) - set(f.keys()))
+                if missing:
+                    raise Unsupported(f"model.safetensors lacks {len(missing)} tensors of transformers' "
+                                      f"DistilBERT layout, e.g. {missing[0]}")
                 tensors = {n: f.get_tensor(n) for n in names}
-        except SafetensorError:
-            return None  # from_pretrained will say what is wrong with the file
-        if any(t.dtype != torch.float32 for t in tensors.values()):
-            return None
+        except SafetensorError as exc:  # from_pretrained then says what is wrong with the file
+            raise Unsupported(f"safetensors cannot read model.safetensors ({exc})") from exc
+        dtypes = sorted({str(t.dtype).removeprefix("torch.") for t in tensors.values() if t.dtype != torch.float32})
+        if dtypes:
+            raise Unsupported(f"model.safetensors holds {', '.join(dtypes)} tensors, not only float32")
         model = cls(tensors, n_heads)
         model.word_rows = WordRows.for_tensor(model.word)
         return model

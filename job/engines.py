@@ -5,6 +5,7 @@ kind; the rest of the run (split, fit, freeze, metrics, sealing) never knows whi
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -17,6 +18,7 @@ from job.resources import Resources
 from job.runtime import Settings
 
 if TYPE_CHECKING:
+    from job.model import ForwardChoice
     from job.sharded import ShardOptions
 
 
@@ -24,15 +26,18 @@ class Engine(Protocol):
     """What a run infers with.
 
     tokenizer / pad_id / segments: how the driver turns rows into batches; torch_info: the torch
-    settings environment.json records; run: logits [rows of `tokens`, K] of the rows of `plan`
-    (model output order, NaN for rows in no batch); `temperature_sha256` names the frozen
-    temperature and must be given for the audit pool; forward_check: job.forward_check's record;
-    cluster: the sharded record of environment.json (None in this process)."""
+    settings environment.json records; forward_choice: which forward the model runs and why
+    (job.model.ForwardChoice's record, environment.json's forward_choice); run: logits [rows of
+    `tokens`, K] of the rows of `plan` (model output order, NaN for rows in no batch);
+    `temperature_sha256` names the frozen temperature and must be given for the audit pool;
+    forward_check: job.forward_check's record; cluster: the sharded record of environment.json
+    (None in this process)."""
 
     tokenizer: Any
     pad_id: int
     segments: bool
     torch_info: dict[str, Any]
+    forward_choice: dict[str, str]
 
     def run(self, pool: str, tokens: Tokens, plan: Sequence[Sequence[int]], progress: str | None = None,
             temperature_sha256: str | None = None) -> NDArray[np.float32]: ...
@@ -54,6 +59,8 @@ class LocalEngine:
         with model_directory(resources.model) as model_dir:
             self.model = load_model(model_dir, s)
         self.torch_info["forward"] = self.model.forward.name  # the packed re-implementation or transformers' own
+        self.forward_choice = self.model.choice.record()
+        announce(self.model.choice)
         self.tokenizer, self.pad_id, self.segments = self.model.tokenizer, self.model.pad_id, self.model.segments
 
     def run(self, pool: str, tokens: Tokens, plan: Sequence[Sequence[int]], progress: str | None = None,
@@ -67,6 +74,12 @@ class LocalEngine:
 
     def cluster(self) -> dict[str, Any] | None:
         return None
+
+
+def announce(choice: ForwardChoice) -> None:
+    """Say on stderr when the run falls back to transformers' forward (nothing for the packed one)."""
+    if (note := choice.note()) is not None:
+        print(note, file=sys.stderr)
 
 
 @contextlib.contextmanager

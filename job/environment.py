@@ -112,7 +112,8 @@ class _Timed:
 def environment_record(torch_info: dict[str, Any], clock: StageClock, peak_rss_mb: float,
                        forward_check: dict[str, Any] | None = None,
                        threads: dict[str, Any] | None = None,
-                       arithmetic: dict[str, Any] | None = None) -> dict[str, Any]:
+                       arithmetic: dict[str, Any] | None = None,
+                       forward_choice: dict[str, str] | None = None) -> dict[str, Any]:
     """Everything about where and how the run happened; varies between machines and runs.
 
     arithmetic: job.arithmetic.arithmetic_record() of the process that ran the model (CPU and the
@@ -120,6 +121,8 @@ def environment_record(torch_info: dict[str, Any], clock: StageClock, peak_rss_m
 
     forward_check: job.forward_check's record when the packed forward ran (omitted otherwise): the
     bit-equal batch without padding and the differences on the first padded batch.
+    forward_choice: job.model.ForwardChoice's record, which forward ran and why (a fallback to
+    transformers' forward says so).
     `packages` also names the renderer of the views (bundle.views), so that a verifier knows
     whether it draws them the same way."""
     record = {
@@ -145,4 +148,6 @@ def environment_record(torch_info: dict[str, Any], clock: StageClock, peak_rss_m
         record["threads"] = threads
     if arithmetic is not None:
         record["arithmetic"] = arithmetic
+    if forward_choice is not None:
+        record["forward_choice"] = forward_choice
     return record

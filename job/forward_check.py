@@ -31,13 +31,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from job.batching import Encoded, batch_plan, encode, padded_batch
-from job.distilbert import WORD_EMBEDDINGS, DistilBertClassifier, WordRows
+from job.distilbert import WORD_EMBEDDINGS, WordRows
 from job.errors import JobError
 from job.inference import Forward
 from job.logit_compare import ulps_apart
 from job.model import Model, TransformersForward, load_transformers, model_directory
+from job.process import release_free_memory
 from job.resources import ResolvedRepo
-from job.runtime import Settings, release_free_heap
+from job.runtime import Settings
 
 UNPADDED_ROWS = 8  # rows of the batch without padding (fewer when the pool is smaller)
 PADDED_BOUND = 1e-4  # largest absolute logit difference on a padded batch before the run stops
@@ -115,10 +116,15 @@ def sparse_word_table(model_file: Path, name: str, ids: Iterable[int]) -> Any:
 
 
 def _logits(forward: Forward, ids: NDArray[np.int64], mask: NDArray[np.int64]) -> NDArray[np.float32]:
+    """One forward pass of the check, its buffers handed back before the next: the four passes
+    (two forwards, two batches) differ in their allocation sizes, so glibc cannot reuse one pass's
+    free chunks for the next and, untrimmed, their heaps stacked up (measured: about 45 MB of the
+    full-size model's peak)."""
     import torch
 
     with torch.inference_mode():
         out = np.asarray(forward(ids, mask).numpy())
+    release_free_memory()
     if out.dtype != np.float32 or out.ndim != 2 or out.shape[0] != len(ids):
         raise JobError(f"A forward gave logits of dtype {out.dtype} and shape {list(out.shape)} for {len(ids)} rows, "
                        f"expected float32 [{len(ids)}, K]; {_REPORT}.")
@@ -164,32 +170,38 @@ def compare_forwards(forward: Forward, reference: Forward, enc: Encoded, keys: S
                      s: Settings, pad_id: int) -> dict[str, Any]:
     """The check on encoded rows `enc` (pool order, `keys`): bit-equal logits on the batch without
     padding, then the bounded comparison on the first padded batch. JobError when either fails."""
-    unpadded = compare_unpadded(forward, reference, *unpadded_batch(enc, keys))
-    padded = compare_padded(forward, reference, *first_padded_batch(enc, keys, s.batch_size, pad_id))
-    return {"forward": forward.name, "reference": reference.name, "unpadded": unpadded, "padded": padded}
+    unpadded, padded = checked_batches(enc, keys, s, pad_id)
+    return {"forward": forward.name, "reference": reference.name,
+            "unpadded": compare_unpadded(forward, reference, *unpadded),
+            "padded": compare_padded(forward, reference, *padded)}
+
+
+Batch = tuple[NDArray[np.int64], NDArray[np.int64]]  # (input_ids, attention_mask)
+
+
+def checked_batches(enc: Encoded, keys: Sequence[str], s: Settings, pad_id: int) -> tuple[Batch, Batch]:
+    """(ids, mask) of the two batches the check runs: unpadded_batch and first_padded_batch."""
+    return unpadded_batch(enc, keys), first_padded_batch(enc, keys, s.batch_size, pad_id)
 
 
 def check_packed_forward(model: Model, repo: ResolvedRepo, s: Settings, texts: Sequence[str],
                          keys: Sequence[str]) -> dict[str, Any] | None:
-    """Compare model.forward with transformers' eager forward of the same checked files on rows of
-    the pool (`texts`, `keys` in pool order), as compare_forwards does; None when model.forward is
-    transformers' own. Reads no RNG and leaves threads as they are."""
-    if not model.packed:
+    """Compare the model's packed forward with transformers' eager forward of the same checked files
+    on rows of the pool (`texts`, `keys` in pool order), as compare_forwards does; None when the
+    model runs transformers' own forward (model.choice). Reads no RNG and leaves threads as they are."""
+    packed = model.packed
+    if packed is None:
         return None
     enc = encode(model.tokenizer, texts, s.max_length)
+    # The reference reads its word rows afresh, and only those of the two checked batches: a table
+    # for the whole pool's tokens made 8-16 MB more of it resident for nothing.
+    used = {model.pad_id}.union(*(np.unique(ids).tolist() for ids, _ in checked_batches(enc, keys, s, model.pad_id)))
     try:
         with model_directory(repo) as model_dir:
-            tensors = None
-            if isinstance(model.forward, DistilBertClassifier):  # its tensors, but the word rows read afresh
-                used = {t for row in enc.ids for t in row} | {model.pad_id}
-                tensors = {**model.forward.tensors,
-                           WORD_EMBEDDINGS: sparse_word_table(model_dir / "model.safetensors", WORD_EMBEDDINGS, used)}
+            tensors = {**packed.tensors,
+                       WORD_EMBEDDINGS: sparse_word_table(model_dir / "model.safetensors", WORD_EMBEDDINGS, used)}
             reference = reference_forward(model_dir, tensors)
     except (OSError, ValueError) as exc:
         raise JobError(f"transformers cannot load the model to check the packed forward against ({exc}); "
                        "the files may not form a DistilBERT sequence classifier.") from exc
-    try:
-        return compare_forwards(model.forward, reference, enc, keys, s, model.pad_id)
-    finally:
-        del reference
-        release_free_heap()
+    return compare_forwards(packed, reference, enc, keys, s, model.pad_id)

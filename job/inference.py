@@ -10,7 +10,8 @@ from numpy.typing import NDArray
 
 from job.batching import Tokens, batch_plan
 from job.predictions import PoolOutput
-from job.runtime import Settings, release_free_heap
+from job.process import release_free_memory
+from job.runtime import Settings
 
 
 class Forward(Protocol):
@@ -81,7 +82,7 @@ def run_batches(forward: Forward, pad_id: int, tokens: Tokens, plan: Sequence[Se
             bar.update(len(rows))
             del out
     bar.close()
-    release_free_heap()
+    release_free_memory()  # the pool's activation buffers, kept for reuse across its batches
     if logits is None:
         raise ValueError("run_batches needs at least one batch")
     return logits

@@ -21,28 +21,67 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from job.distilbert import DistilBertClassifier
+from job.distilbert import SUPPORTED_ARCHITECTURE, DistilBertClassifier, Unsupported
 from job.errors import JobError
 from job.inference import Forward
 from job.resources import ResolvedRepo
 from job.runtime import Settings
 
+PACKED = "packed-distilbert"
+TRANSFORMERS = "transformers"
+FALLBACK = "fallback: "
+
+
+@dataclass(frozen=True)
+class ForwardChoice:
+    """Which forward a run infers with, and why; data/environment.json's `forward_choice`.
+
+    name: PACKED, the job's own DistilBERT forward (job.distilbert.DistilBertClassifier), which every
+    run checks against transformers' (job.forward_check); or TRANSFORMERS, transformers' own forward
+    of the loaded model. reason: for PACKED what made the model eligible, for TRANSFORMERS
+    "fallback: " and why the packed forward does not apply."""
+
+    name: str
+    reason: str
+
+    @property
+    def packed(self) -> bool:
+        return self.name == PACKED
+
+    def record(self) -> dict[str, str]:
+        return {"name": self.name, "reason": self.reason}
+
+    def note(self) -> str | None:
+        """The line a run prints when it falls back to transformers' forward; None for the packed one."""
+        if self.packed:
+            return None
+        return (f"note: the model runs on transformers' own forward ({self.reason}); recorded in "
+                "data/environment.json as forward_choice.")
+
 
 @dataclass(frozen=True)
 class Model:
-    """What a run infers with. `packed`: `forward` is the job's own re-implementation of the model
-    (a DistilBertClassifier), which a run checks against transformers' forward (job.forward_check).
-    `segments`: the model has segment embeddings (config type_vocab_size above 1, e.g. BERT), so
-    its forward takes the tokenizer's token type ids, which tell the two texts of a pair apart."""
+    """What a run infers with: `forward`, loaded as `choice` says. `segments`: the model has segment
+    embeddings (config type_vocab_size above 1, e.g. BERT), so its forward takes the tokenizer's
+    token type ids, which tell the two texts of a pair apart."""
 
     tokenizer: Any
     forward: Forward
-    packed: bool
+    choice: ForwardChoice
     segments: bool = False
+
+    def __post_init__(self) -> None:
+        if self.choice.packed != isinstance(self.forward, DistilBertClassifier):
+            raise ValueError(f"forward {self.forward.name} does not match the choice {self.choice.name!r}")
 
     @property
     def pad_id(self) -> int:
         return int(self.tokenizer.pad_token_id or 0)
+
+    @property
+    def packed(self) -> DistilBertClassifier | None:
+        """The packed forward when the choice is it (what job.forward_check checks), else None."""
+        return self.forward if isinstance(self.forward, DistilBertClassifier) else None
 
 
 class TransformersForward:
@@ -76,17 +115,25 @@ def load_model(model_dir: Path, s: Settings) -> Model:
     """Tokenizer and forward, float32, eval mode, the protocol's attention implementation: the packed
     forward when the protocol asks for eager attention and model.safetensors holds a float32
     DistilBERT sequence classifier in transformers' tensor layout (no segment embeddings),
-    transformers' forward otherwise, fed token type ids when the model has segment embeddings."""
+    transformers' forward otherwise, fed token type ids when the model has segment embeddings.
+    The Model's choice says which, and why."""
     from safetensors import SafetensorError
 
     try:
         tokenizer = load_tokenizer(model_dir)
-        packed = DistilBertClassifier.load(model_dir) if s.attn_implementation == "eager" else None
-        if packed is not None:
-            return Model(tokenizer, packed, packed=True)
+        if s.attn_implementation != "eager":
+            why = f"the protocol asks for {s.attn_implementation!r} attention and the packed forward implements eager"
+        else:
+            try:
+                packed = DistilBertClassifier.load(model_dir)
+            except Unsupported as exc:
+                why = str(exc)
+            else:
+                return Model(tokenizer, packed, ForwardChoice(PACKED, f"float32 {SUPPORTED_ARCHITECTURE} in "
+                                                              "transformers' tensor layout, eager attention"))
         model = load_transformers(model_dir, s.attn_implementation)
         segments = int(getattr(model.config, "type_vocab_size", 0) or 0) > 1
-        return Model(tokenizer, TransformersForward(model), packed=False, segments=segments)
+        return Model(tokenizer, TransformersForward(model), ForwardChoice(TRANSFORMERS, FALLBACK + why), segments)
     except (OSError, ValueError, SafetensorError) as exc:
         raise JobError(f"Cannot load the model from its checked files ({exc}); the files may not form a "
                        "sequence classifier that transformers' AutoModelForSequenceClassification loads.") from exc

@@ -27,12 +27,13 @@ from job.labelmap import LabelMap
 from job.metrics import compute_metrics
 from job.plausibility import below_chance, run_warnings, truncation_summary
 from job.predictions import PoolOutput, predictions_table, read_logits
+from job.process import release_free_memory
 from job.protocol import AUDIT, Protocol
 from job.protocol import CALIBRATION as CAL
 from job.report import report_markdown
 from job.resources import Resources
 from job.rocrate import Publication, crate_bytes
-from job.runtime import Settings, release_free_heap, use_system_arrow_pool
+from job.runtime import Settings
 from job.split import Pool, make_pools
 from job.stability import stability_record
 from verify.predictions import PredictionsFile
@@ -96,15 +97,6 @@ def pool_rows(rows: Rows, pool: Pool) -> tuple[Rows, Pool]:
     """The pool's own rows, in the pool's order, and the pool renumbered to them: all that its
     inference, its predictions table and the forward check read, so the dataset's other rows can go."""
     return rows.take(pool.positions), Pool(pool.name, tuple(range(len(pool.positions))), pool.keys)
-
-
-def _release_memory() -> None:
-    """Return freed memory to the kernel (glibc's heap and pyarrow's pool) after a stage whose
-    transient objects grow with the split, so that later stages do not stack on top of them."""
-    import pyarrow as pa
-
-    pa.default_memory_pool().release_unused()
-    release_free_heap()
 
 
 def load_dataset_rows(protocol: Protocol, resources: Resources) -> Rows:
@@ -197,7 +189,6 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
     s = Settings.from_protocol(protocol.inference, shard.worker_cpus if shard is not None and
                                shard.worker_cpus is not None else threads)
     cal_pred, audit_pred = layout.PREDICTIONS[CAL], layout.PREDICTIONS[AUDIT]
-    arrow_pool = use_system_arrow_pool()  # before the first table is read
     with PeakRss() as rss, contextlib.ExitStack() as stack:
         with clock.stage("split"):
             art.write_bytes(layout.PROTOCOL_JSON, protocol.raw)
@@ -211,12 +202,11 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
             cal_rows, cal_pool = pool_rows(rows, pools[CAL])
             audit_rows, audit_pool = pool_rows(rows, pools[AUDIT])
             del rows, pools
-            _release_memory()  # the data files' tables, the pools record and the unused rows, before the weights
+            release_free_memory()  # the data files' tables, the pools record and the unused rows, before the weights
         with clock.stage("load-model"):
             check_model_fits(protocol, resources)
             engine = stack.enter_context(open_engine(shard, protocol.raw, resources.record(), resources, s))
             torch_info = engine.torch_info
-            torch_info["allocator"]["arrow_memory_pool"] = arrow_pool
             arithmetic = arithmetic_record()  # after the engine set up torch (this process; workers: cluster)
         with clock.stage("calibration-inference"):
             cal_out = _infer(engine, cal_rows, cal_pool, s, progress, protocol.label_map)
@@ -241,7 +231,7 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
                                art.digest(layout.TEMPERATURE_JSON))
             art.write_table(audit_pred, _table(audit_rows, audit_pool, audit_out))
             del audit_rows, audit_pool, audit_out  # the largest pool's texts and hashes, before the studies
-            _release_memory()
+            release_free_memory()
             stages.append(stage(protocol, "audit-inference",
                                 art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON, layout.POOLS_JSON,
                                          layout.TEMPERATURE_JSON),
@@ -256,7 +246,7 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
         with clock.stage("metrics"):
             metrics = metrics_record(protocol, art, fit.beta, temperature)
             art.write_json(layout.METRICS_JSON, metrics)
-            _release_memory()  # both predictions tables as read, before the bootstrap's resample blocks
+            release_free_memory()  # both predictions tables as read, before the bootstrap's resample blocks
             stages.append(stage(protocol, "metrics", art.pick(layout.TEMPERATURE_JSON, cal_pred, audit_pred),
                                 art.pick(layout.METRICS_JSON)))
         # Pre-registered studies on the frozen artifacts: descriptive, never fed back into the fit.
@@ -265,14 +255,15 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
             with clock.stage("bootstrap"):
                 bootstrap = bootstrap_record(protocol.bootstrap, protocol.sha256, data_dir)
                 art.write_json(layout.BOOTSTRAP_JSON, bootstrap)
-                _release_memory()
+                release_free_memory()
         if protocol.stability is not None:
             with clock.stage("stability"):
                 stability = stability_record(protocol.stability, protocol.fit, protocol.sha256, data_dir)
                 art.write_json(layout.STABILITY_JSON, stability)
         art.write_json(layout.STAGES_JSON, {"protocol_sha256": protocol.sha256, "stages": stages})
     thread_record = None if s.thread_choice is None else s.thread_choice.record()
-    environment = environment_record(torch_info, clock, rss.mb, forward_check, thread_record, arithmetic)
+    environment = environment_record(torch_info, clock, rss.mb, forward_check, thread_record, arithmetic,
+                                     engine.forward_choice)
     if cluster is not None:
         environment["cluster"] = cluster
     art.write_json(layout.ENVIRONMENT_JSON, environment)
@@ -285,7 +276,7 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
         date_published = bagging_date()
     art.write_bytes(layout.RO_CRATE_JSON, crate_bytes(data_dir, signer_fingerprint=signer_fingerprint,
                                                       date_published=date_published, publication=publication))
-    _release_memory()  # the views' transient reading of the records, before sealing hashes every file
+    release_free_memory()  # the views' transient reading of the records, before sealing hashes every file
     return RunResult(temperature=temperature, metrics=metrics, bootstrap=bootstrap, stability=stability,
                      validated=dict(art.validated))
 

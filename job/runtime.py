@@ -1,4 +1,6 @@
-"""Runtime settings of inference: the protocol's torch configuration, determinism and allocator tuning."""
+"""Runtime settings of inference: the protocol's torch configuration (threads, seed, determinism).
+
+The process-wide memory settings are job.process's, applied once at process start."""
 
 from __future__ import annotations
 
@@ -114,53 +116,6 @@ class Settings:
         )
 
 
-# glibc mallopt parameters (malloc.h)
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-MMAP_THRESHOLD = 32 << 20  # the largest value glibc documents for 64-bit systems
-TRIM_THRESHOLD = 256 << 20
-
-
-def tune_allocator() -> dict[str, Any]:
-    """Keep freed activation buffers in the heap instead of handing them back to the kernel.
-
-    With glibc's defaults every batch's multi-MB activations are unmapped or trimmed when freed
-    and the next batch faults them in again, zero-filled (~10,000 page faults per forward pass
-    of the full-size model). Raising the mmap and trim thresholds makes the allocator reuse those
-    pages. Only where memory comes from changes; no number the model computes does."""
-    import ctypes
-
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # not glibc: leave the allocator alone
-        return {"malloc": "default (no glibc mallopt)"}
-    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    ok = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
-    if not ok:
-        return {"malloc": "default (mallopt refused)"}
-    return {"malloc": "glibc", "mmap_threshold": MMAP_THRESHOLD, "trim_threshold": TRIM_THRESHOLD}
-
-
-def use_system_arrow_pool() -> str:
-    """Make pyarrow allocate with malloc instead of its bundled mimalloc; return the pool's name.
-
-    mimalloc keeps the segments of freed tables resident (about 20 MB after reading a 50,000-row
-    split), where memory from malloc goes back to the kernel with release_free_heap. Only where
-    Arrow's buffers live changes; no byte it reads or writes does."""
-    import pyarrow as pa
-
-    pa.set_memory_pool(pa.system_memory_pool())
-    return str(pa.default_memory_pool().backend_name)
-
-
-def release_free_heap() -> None:
-    """Hand the heap's free pages back to the kernel (glibc malloc_trim) once a pool is done, so
-    that the next pool's activations do not stack on the previous pool's leftover free chunks."""
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).malloc_trim(0)
-
-
 def set_deterministic(mode: bool) -> None:
     """torch.use_deterministic_algorithms(mode), minus its import of torch._inductor.
 
@@ -181,10 +136,14 @@ def set_deterministic(mode: bool) -> None:
 
 
 def configure_torch(s: Settings) -> dict[str, Any]:
-    """Apply threads, seed, determinism and allocator settings; return what torch reports back."""
+    """Apply the protocol's threads, seed and determinism; return what torch reports back, with the
+    process's memory settings (job.process.configure_process: applied here too when the process
+    started elsewhere than job.cli, e.g. in a test or a benchmark)."""
     import torch
 
-    allocator = tune_allocator()
+    from job.process import configure_process
+
+    allocator = configure_process().allocator_record()
     torch.set_num_threads(s.threads)
     with contextlib.suppress(RuntimeError):  # can only be set before the first parallel region
         torch.set_num_interop_threads(s.interop_threads)

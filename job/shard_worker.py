@@ -127,9 +127,11 @@ class ShardWorker:
         with model_directory(self.resources.model) as model_dir:
             self.model = load_model(model_dir, self.settings)
         self.torch_info["forward"] = self.model.forward.name
+        self.forward_choice = self.model.choice.record()
         self.receipts = setup.receipts
         self.env = worker_environment(setup.threads)
         self.env["torch"] = self.torch_info
+        self.env["forward_choice"] = self.forward_choice
         import ray
 
         self.env["node_id"] = str(ray.get_runtime_context().get_node_id())

@@ -103,6 +103,11 @@ class ShardedEngine:
         self.pad_id = int(tokenizer.pad_token_id or 0)
         self.torch_info = dict(workers[0].env["torch"])
         self.torch_info["engine"] = "ray"
+        from job.engines import announce
+        from job.model import ForwardChoice
+
+        self.forward_choice: dict[str, str] = dict(workers[0].env["forward_choice"])
+        announce(ForwardChoice(**self.forward_choice))
         self.ran: dict[int, dict[str, list[int]]] = {i: {} for i in range(len(workers))}
         self.audit_temperature: str | None = None
         self.dispatch_s = 0.0  # driver time spent tokenising, sending and storing, all batches
@@ -197,7 +202,7 @@ class ShardedEngine:
         """environment.json `cluster`: each worker's environment and the batches it ran, sorted."""
         workers = []
         for i, w in enumerate(self.workers):
-            env = {k: v for k, v in w.env.items() if k not in {"torch", "pid"}}
+            env = {k: v for k, v in w.env.items() if k not in {"torch", "pid", "forward_choice"}}
             workers.append({"id": f"worker-{i}", **env, "died": not w.alive,
                             "batches": {pool: sorted(bs) for pool, bs in sorted(self.ran[i].items())}})
         return {"engine": "ray", "workers": workers, "audit_temperature_sha256": self.audit_temperature,

@@ -364,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="where the full-size model is built (reused)")
     ap.add_argument("--out", type=Path, default=REPO / "out" / "bench" / "bench.json", help="bench.json path")
     ap.add_argument("--no-formal-run", action="store_true", help="skip the peak-RSS formal runs")
+    ap.add_argument("--formal-only", action="store_true",
+                    help="only the peak-RSS formal runs (with --threads, one run per count); print them as JSON")
     ap.add_argument("--quick", action="store_true", help="protocol thread count only, 2 job passes, 1 pipeline pass")
     args = ap.parse_args(argv)
 
@@ -381,7 +383,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         threads, args.repeats, args.pipeline_repeats = args.threads or [s0.threads], 2, 1
     t_start = time.perf_counter()
-    print(f"load average at start {load()}; building/reusing the full-size model in {args.model_dir}", flush=True)
+    start_load = load()
+    print(f"load average at start {start_load}; building/reusing the full-size model in {args.model_dir}", flush=True)
     model_dir = full_size_model(args.model_dir, args.seed)
 
     # 1. peak RSS of whole formal runs, in child processes, before this process grows
@@ -396,6 +399,10 @@ def main(argv: list[str] | None = None) -> int:
                 formal[th]["load_avg"] = load()
                 print(f"  rc {formal[th]['rc']}, peak RSS {formal[th]['peak_rss_mb']} MB, {formal[th]['wall_s']} s"
                       + (f" ({formal[th]['error']})" if formal[th].get("error") else ""), flush=True)
+
+    if args.formal_only:
+        print(json.dumps({"load_avg_start_end": [start_load, load()], "formal_runs": list(formal.values())}, indent=2))
+        return 0 if all(f["rc"] == 0 for f in formal.values()) else 1
 
     # 2. in-process measurements, loaded exactly as the job loads the model
     import numpy as np

@@ -169,6 +169,8 @@ CONTENT: tuple[Entry | Group, ...] = (
           records.audit_after_fit, needs=DOCS),
     Entry("environment.threads", "torch threads within the protocol's bound", records.threads,
           needs=DOCS, when=records.has_thread_choice),
+    Entry("environment.forward", "the recorded forward and its check agree", records.forward_choice,
+          needs=DOCS, when=records.has_forward_choice),
     Entry("pools.split-keys", "split keys are sha256(prefix + idx)", pools.split_keys, needs=DOCS),
     Entry("pools.assignment", "pools re-derived by the split rule; sizes; disjoint",
           pools.assignment, needs=DOCS),

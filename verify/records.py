@@ -328,3 +328,36 @@ def has_thread_choice(ctx: Context) -> bool:
 def threads(ctx: Context) -> str:
     """The run's torch threads against the protocol's bound (environment.json `threads`)."""
     return check_threads(ctx.doc(layout.ENVIRONMENT_JSON), ctx.doc(layout.PROTOCOL_JSON))
+
+
+PACKED_FORWARD, TRANSFORMERS_FORWARD, FALLBACK = "packed-distilbert", "transformers", "fallback: "
+
+
+def check_forward_choice(environment: dict[str, Any]) -> str:
+    """environment.json's `forward_choice` agrees with the rest of the record: the packed forward
+    comes with its forward_check (the job writes one whenever that forward ran), transformers'
+    forward with none and a reason that says it is a fallback."""
+    choice = environment["forward_choice"]
+    checked = "forward_check" in environment
+    if choice["name"] == PACKED_FORWARD and not checked:
+        raise Failed("environment.json says the packed forward ran but holds no forward_check; every run of "
+                     "that forward checks it against transformers' forward.")
+    if choice["name"] == TRANSFORMERS_FORWARD:
+        if checked:
+            raise Failed("environment.json says transformers' forward ran but holds a forward_check of the "
+                         "packed forward.")
+        if not choice["reason"].startswith(FALLBACK):
+            raise Failed(f"environment.json's forward_choice names transformers' forward with the reason "
+                         f"{choice['reason']!r}, which does not start with {FALLBACK!r}.")
+    return f"{choice['name']} ({choice['reason']})"
+
+
+def has_forward_choice(ctx: Context) -> bool:
+    """Runs since the forward's choice was recorded have it; earlier bundles do not."""
+    environment = ctx.docs.get(layout.ENVIRONMENT_JSON)
+    return isinstance(environment, dict) and "forward_choice" in environment
+
+
+def forward_choice(ctx: Context) -> str:
+    """Which forward ran and why (environment.json `forward_choice`), against its forward_check."""
+    return check_forward_choice(ctx.doc(layout.ENVIRONMENT_JSON))

@@ -4,7 +4,9 @@ lines and CSV, through `python -m job run` and the verifier; the label map caugh
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 from pathlib import Path
 
@@ -34,9 +36,12 @@ def any_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     protocol, lock = make_any_world(root, arch=arch, k=k, fmt=fmt, paired=paired, sizes=(6, 30, 40),
                                     id_column=id_column)
     out = root / "run"
-    rc = main(["run", "--protocol", str(protocol), "--resources", str(lock), "--out", str(out),
-               "--signing-key", str(signing_key_dir / "signing-key.pem"), "--no-progress"])
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        rc = main(["run", "--protocol", str(protocol), "--resources", str(lock), "--out", str(out),
+                   "--signing-key", str(signing_key_dir / "signing-key.pem"), "--no-progress"])
     assert rc == 0
+    (root / "stderr.txt").write_text(stderr.getvalue())
     return request.param, protocol, lock, out
 
 
@@ -91,6 +96,18 @@ def test_the_report_shows_the_label_map_and_the_environment_names_the_forward(an
     assert env["torch"]["forward"].endswith({"bert": "BertForSequenceClassification",
                                               "roberta": "RobertaForSequenceClassification"}[arch])
     assert env["torch"]["allocator"]["arrow_memory_pool"] == "system"  # Arrow's buffers go back with malloc_trim
+
+
+def test_a_fallback_to_transformers_is_recorded_and_printed(any_run):
+    """No silent fallback: a model the packed forward does not implement runs transformers' forward,
+    and the run both records why (environment.json forward_choice) and says so."""
+    name, _, _, out = any_run
+    env = json.loads((out / "data" / "environment.json").read_text())
+    choice = env["forward_choice"]
+    assert choice["name"] == "transformers" and "forward_check" not in env
+    assert choice["reason"] == f"fallback: config.json's model_type is {WORLDS[name][0]!r}, not 'distilbert'"
+    printed = (out.parent / "stderr.txt").read_text()
+    assert f"note: the model runs on transformers' own forward ({choice['reason']})" in printed
 
 
 def test_a_label_map_the_model_contradicts_stops_the_run_before_inference(tmp_path, monkeypatch, capsys):

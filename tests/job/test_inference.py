@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from job.batching import batch_plan, encode, padded_batch
-from job.distilbert import PACKED_FORWARD, WORD_EMBEDDINGS, DistilBertClassifier, WordRows, _file_backing
+from job.distilbert import RECORDED_NAME, WORD_EMBEDDINGS, DistilBertClassifier, WordRows, _file_backing
 from job.errors import JobError
 from job.forward_check import (
     PADDED_BOUND,
@@ -31,7 +33,7 @@ from job.forward_check import (
     unpadded_batch,
 )
 from job.inference import run_pool
-from job.model import TransformersForward, load_model, load_transformers
+from job.model import PACKED, TRANSFORMERS, ForwardChoice, Model, TransformersForward, load_model, load_transformers
 from job.protocol import load_protocol
 from job.runtime import Settings, configure_torch, set_deterministic
 from tests.factory import REPO, SHARED_FIXTURES
@@ -271,13 +273,61 @@ def test_sdpa_protocol_uses_transformers(tiny_world):
     model_dir, _ = tiny_texts(tiny_world)
     s = Settings.from_protocol(dataclasses.replace(load_protocol().inference, attn_implementation="sdpa"))
     model = load_model(model_dir, s)
-    assert not model.packed and isinstance(model.forward, TransformersForward)
+    assert model.packed is None and isinstance(model.forward, TransformersForward)
     assert model.forward.name.endswith(".DistilBertForSequenceClassification")
+    assert model.choice == ForwardChoice(
+        TRANSFORMERS, "fallback: the protocol asks for 'sdpa' attention and the packed forward implements eager")
+    assert model.choice.note() is not None
+
+
+def test_the_packed_forward_is_chosen_with_its_reason(tiny_world):
+    model_dir, _ = tiny_texts(tiny_world)
+    model = load_model(model_dir, settings())
+    assert model.packed is model.forward and model.choice.packed and model.choice.note() is None
+    assert model.choice.record() == {"name": PACKED, "reason": "float32 DistilBertForSequenceClassification in "
+                                     "transformers' tensor layout, eager attention"}
+    with pytest.raises(ValueError, match="does not match the choice"):
+        Model(model.tokenizer, model.forward, ForwardChoice(TRANSFORMERS, "fallback: none"))
+
+
+@pytest.mark.parametrize(("edit", "reason"), [
+    (lambda c: c.update(model_type="bert"), "config.json's model_type is 'bert', not 'distilbert'"),
+    (lambda c: c.update(sinusoidal_pos_embds=True), "config.json asks for a DistilBERT variant"),
+    (lambda c: c.update(architectures=["DistilBertForMaskedLM"]), "do not include DistilBertForSequenceClassification"),
+    (lambda c: c.pop("n_heads"), "config.json has no DistilBERT n_layers and n_heads (KeyError)"),
+])
+def test_the_packed_forward_says_why_it_does_not_apply(tiny_world, tmp_path, edit, reason):
+    from job.distilbert import Unsupported
+
+    model_dir, _ = tiny_texts(tiny_world)
+    copy = tmp_path / "model"
+    shutil.copytree(model_dir, copy)
+    config = json.loads((copy / "config.json").read_text())
+    edit(config)
+    (copy / "config.json").write_text(json.dumps(config))
+    with pytest.raises(Unsupported, match=re.escape(reason)):
+        DistilBertClassifier.load(copy)
+
+
+def test_a_float16_checkpoint_falls_back_with_its_reason(tiny_world, tmp_path):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    model_dir, _ = tiny_texts(tiny_world)
+    copy = tmp_path / "model"
+    shutil.copytree(model_dir, copy)
+    tensors = load_file(copy / "model.safetensors")
+    save_file({k: v.to(torch.float16) for k, v in tensors.items()}, copy / "model.safetensors")
+    from job.distilbert import Unsupported
+
+    with pytest.raises(Unsupported, match="holds float16 tensors, not only float32"):
+        DistilBertClassifier.load(copy)
 
 
 def test_configure_torch_reports_the_allocator_settings():
     info = configure_torch(settings())
     assert "malloc" in info["allocator"]
+    assert info["allocator"]["arrow_memory_pool"] == "system"  # Arrow's buffers go back with malloc_trim
 
 
 def test_an_unreadable_weights_file_is_a_clear_error(tmp_path):
@@ -315,7 +365,7 @@ def test_the_forward_check_records_both_batches(tiny_world):
     model, reference, enc, keys, s = check_inputs(tiny_world)
     got = compare_forwards(model.forward, reference, enc, keys, s, model.pad_id)
     width = int(np.sort(enc.lengths)[::-1][:8].min())
-    assert got["forward"] == PACKED_FORWARD and got["reference"] == reference.name
+    assert got["forward"] == RECORDED_NAME and got["reference"] == reference.name
     assert got["unpadded"] == {"rows": 8, "tokens_per_row": width, "identical": True}
     padded = got["padded"]
     assert padded["rows"] == 16 and padded["longest"] == int(enc.lengths.max()) and padded["bound"] == PADDED_BOUND

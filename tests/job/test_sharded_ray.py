@@ -109,6 +109,9 @@ def test_two_workers_give_the_single_process_predictions_byte_for_byte_and_verif
     code, out = _verify(bundle, signing_key_dir, capsys)
     assert code == 0, out
     assert "PASS    cluster.batch-owners" in out and "PASS    cluster.audit-temperature" in out
+    assert "PASS    environment.forward" in out  # the workers' forward choice, with their forward check
+    environment = json.loads((bundle / "data" / "environment.json").read_text())
+    assert environment["forward_choice"]["name"] == "packed-distilbert"
     report = (bundle / "data" / "report.md").read_text()
     assert "Inference on a Ray cluster: 2 workers on 2 machines, 1 CPU kind" in report
 
