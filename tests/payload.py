@@ -1,0 +1,70 @@
+"""Sealing a payload that a test wrote file by file (not through the job): its ledger, taken by
+passing every file through bundle.ledger.Ledger again, and the predicate restated from its files."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from bundle import layout
+from bundle.bag import payload_files, seal
+from bundle.canonical import loads_strict
+from bundle.crate_terms import NO_LICENSE, ROOT
+from bundle.ledger import Ledger
+from bundle.statement import restated_predicate
+
+
+def ledger_of(bag: Path) -> Ledger:
+    """The ledger of the payload under bag/data/ as it is: every file rewritten with its own bytes
+    through a Ledger (so JSON files are parsed and schema-checked as the job's writes are)."""
+    ledger = Ledger(bag)
+    for path in payload_files(bag):
+        ledger.write_bytes(path, (bag / path).read_bytes())
+    return ledger
+
+
+def _ref_ids(value: Any) -> list[str]:
+    return [v["@id"] for v in (value if isinstance(value, list) else [value] if value else [])]
+
+
+def publication_from_crate(crate: Mapping[str, Any]) -> dict[str, Any]:
+    """The licence, publisher, authors and contact the crate's root states (null or empty where none)."""
+    graph = {e["@id"]: e for e in crate["@graph"]}
+    root = graph[ROOT]
+
+    def party(ident: str) -> dict[str, Any]:
+        return {"name": graph[ident]["name"], "id": None if ident.startswith("#") else ident}
+
+    licenses = [i for i in _ref_ids(root.get("license")) if i != NO_LICENSE]
+    publishers = _ref_ids(root.get("publisher"))
+    contacts = _ref_ids(graph[publishers[0]].get("contactPoint")) if publishers else []
+    return {
+        "license": licenses[0] if licenses else None,
+        "publisher": party(publishers[0]) if publishers else None,
+        "authors": [party(i) for i in _ref_ids(root.get("author"))],
+        "contact": graph[contacts[0]]["email"] if contacts else None,
+    }
+
+
+def predicate_from_payload(bag: Path) -> dict[str, Any]:
+    """bundle.statement.restated_predicate of the records in bag/data/, the publication read
+    back from the crate's root."""
+    def doc(path: str) -> Any:
+        return loads_strict((bag / path).read_bytes(), source=path)
+
+    return restated_predicate(
+        protocol_sha256=hashlib.sha256((bag / layout.PROTOCOL_JSON).read_bytes()).hexdigest(),
+        resources=doc(layout.RESOURCES_JSON), temperature=doc(layout.TEMPERATURE_JSON),
+        temperature_sha256=hashlib.sha256((bag / layout.TEMPERATURE_JSON).read_bytes()).hexdigest(),
+        metrics=doc(layout.METRICS_JSON), publication=publication_from_crate(doc(layout.RO_CRATE_JSON)))
+
+
+def seal_payload(bag: Path, *, predicate: Mapping[str, Any] | None = None, **options: Any) -> None:
+    """bundle.bag.seal of the payload a test wrote under bag/data/; signed (private_key given)
+    with `predicate`, by default the one restated from the payload."""
+    ledger = ledger_of(bag)
+    if options.get("private_key") is not None and predicate is None:
+        predicate = predicate_from_payload(bag)
+    seal(bag, ledger, predicate=predicate, **options)
