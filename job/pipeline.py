@@ -299,7 +299,8 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
     for rel, png in figures.items():
         art.write_bytes(f"{layout.DATA_DIR}/{rel}", png)
     del cal, audit
-    docs = {layout.PROTOCOL_JSON: protocol.doc, layout.RESOURCES_JSON: resources.record(),
+    resources_doc = resources.record()
+    docs = {layout.PROTOCOL_JSON: protocol.doc, layout.RESOURCES_JSON: resources_doc,
             layout.POOLS_JSON: pool_sizes, layout.TEMPERATURE_JSON: temperature, layout.TRAJECTORY_JSON: trajectory,
             layout.METRICS_JSON: metrics, layout.ENVIRONMENT_JSON: environment, layout.BOOTSTRAP_JSON: bootstrap,
             layout.STABILITY_JSON: stability}
@@ -311,7 +312,7 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
     publication = publication or Publication()
     art.write_bytes(layout.RO_CRATE_JSON, crate_bytes(data_dir, signer_fingerprint=signer_fingerprint,
                                                       date_published=date_published, publication=publication))
-    predicate = restated_predicate(protocol_sha256=protocol.sha256, resources=docs[layout.RESOURCES_JSON],
+    predicate = restated_predicate(protocol_sha256=protocol.sha256, resources=resources_doc,
                                    temperature=temperature, temperature_sha256=temperature_sha256, metrics=metrics,
                                    publication=publication.record())
     _release_memory()  # the views' transient buffers, before sealing

@@ -52,7 +52,8 @@ def predictions_bytes(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd", use_dictionary=False, write_statistics=False,
                    version="2.6", data_page_version="1.0", store_schema=True)
-    return sink.getvalue().to_pybytes()
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
 
 
 @dataclass(frozen=True)

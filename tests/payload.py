@@ -1,5 +1,6 @@
-"""Sealing a payload that a test wrote file by file (not through the job): its ledger, taken by
-passing every file through bundle.ledger.Ledger again, and the predicate restated from its files."""
+"""A payload that a test wrote file by file (not through the job), read back as the job's stages
+would have handed it on: its ledger (every file passed through bundle.ledger.Ledger again), the
+predicate restated from its files, and the records the studies compute from its files."""
 
 from __future__ import annotations
 
@@ -8,12 +9,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
+
 from bundle import layout
 from bundle.bag import payload_files, seal
 from bundle.canonical import loads_strict
 from bundle.crate_terms import NO_LICENSE, ROOT
 from bundle.ledger import Ledger
 from bundle.statement import restated_predicate
+from job.predictions import Predictions
+from job.protocol import AUDIT, CALIBRATION, BootstrapSpec, FitSpec, StabilitySpec
+from job.stability import stability_record
+from job.uncertainty import bootstrap_record
 
 
 def ledger_of(bag: Path) -> Ledger:
@@ -68,3 +75,26 @@ def seal_payload(bag: Path, *, predicate: Mapping[str, Any] | None = None, **opt
     if options.get("private_key") is not None and predicate is None:
         predicate = predicate_from_payload(bag)
     seal(bag, ledger, predicate=predicate, **options)
+
+
+def predictions_of(data: Path, pool: str) -> Predictions:
+    """job.predictions.Predictions of a pool's predictions file in the data folder `data`."""
+    path = data / layout.data_name(layout.PREDICTIONS[pool])
+    return Predictions.of_table(pool, pq.read_table(path), hashlib.sha256(path.read_bytes()).hexdigest())
+
+
+def _sha256(data: Path, path: str) -> str:
+    return hashlib.sha256((data / layout.data_name(path)).read_bytes()).hexdigest()
+
+
+def bootstrap_from_files(spec: BootstrapSpec, protocol_sha256: str, data: Path) -> dict[str, Any]:
+    """job.uncertainty.bootstrap_record of the records in the data folder `data`."""
+    beta = float(loads_strict((data / layout.data_name(layout.TEMPERATURE_JSON)).read_bytes())["beta"])
+    return bootstrap_record(spec, protocol_sha256, predictions_of(data, AUDIT), beta,
+                            _sha256(data, layout.TEMPERATURE_JSON), _sha256(data, layout.METRICS_JSON))
+
+
+def stability_from_files(spec: StabilitySpec, fit: FitSpec, protocol_sha256: str, data: Path) -> dict[str, Any]:
+    """job.stability.stability_record of the records in the data folder `data`."""
+    return stability_record(spec, fit, protocol_sha256, predictions_of(data, CALIBRATION), predictions_of(data, AUDIT),
+                            _sha256(data, layout.TEMPERATURE_JSON))

@@ -26,10 +26,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from bundle.bag import seal
 from bundle.canonical import dumps
 from bundle.keys import fingerprint
 from job.plausibility import run_warnings
+from tests.payload import seal_payload
 from verify import numerics
 
 REPO = Path(__file__).resolve().parent.parent
@@ -340,7 +340,7 @@ def _stability(protocol: dict[str, Any], psha: str, digests: dict[str, str],
 def make_bundle(out: Path, key: Ed25519PrivateKey, **kwargs: Any) -> Path:
     """A synthetic, signed bag at `out` sealed by bundle.bag.seal."""
     psha = write_payload(out / "data", signer_fingerprint=fingerprint(key), **kwargs)
-    seal(out, description="synthetic test bundle", protocol_sha256=psha,
+    seal_payload(out, description="synthetic test bundle", protocol_sha256=psha,
          profile=kwargs.get("profile", "other"), private_key=key)
     return out
 

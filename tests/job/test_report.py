@@ -27,8 +27,7 @@ from job.report import (
     load_docs,
     report_markdown,
 )
-from job.stability import stability_record
-from job.uncertainty import bootstrap_record
+from tests.payload import bootstrap_from_files, stability_from_files
 
 
 @pytest.fixture
@@ -47,8 +46,9 @@ def full_data(base_data: Path) -> Path:
     """The copy with bootstrap, stability (sizes that fit the tiny pool) and figures."""
     protocol = load_protocol(base_data / "protocol.json")
     assert protocol.bootstrap is not None
-    (base_data / "bootstrap.json").write_bytes(dumps(bootstrap_record(protocol.bootstrap, protocol.sha256, base_data)))
-    stability = stability_record(StabilitySpec(sizes=(5, 10, 20)), protocol.fit, protocol.sha256, base_data)
+    bootstrap = bootstrap_from_files(protocol.bootstrap, protocol.sha256, base_data)
+    (base_data / "bootstrap.json").write_bytes(dumps(bootstrap))
+    stability = stability_from_files(StabilitySpec(sizes=(5, 10, 20)), protocol.fit, protocol.sha256, base_data)
     (base_data / "stability.json").write_bytes(dumps(stability))
     for rel, png in render_figures(base_data).items():
         (base_data / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -20,10 +20,11 @@ import pytest
 from markdown_it.token import Token
 
 from bundle import layout
-from bundle.bag import bagging_date, seal
+from bundle.bag import bagging_date
 from bundle.canonical import loads_strict
 from bundle.keys import fingerprint
 from tests.bundle.test_markdown import MD, gfm_autolinks
+from tests.payload import seal_payload
 from tests.synthetic import REPO, write_payload
 from tests.verify.tamper import Keys, edit_json, reseal, update_stage_hashes, verify_keys  # noqa: F401
 from verify.api import verify_path
@@ -107,7 +108,7 @@ def build(bag: Path, key: Any, strings: dict[str, str]) -> Path:
         payload, protocol=read[layout.PROTOCOL_JSON], resources=read[layout.RESOURCES_JSON],
         environment=read[layout.ENVIRONMENT_JSON], signer_fingerprint=fingerprint(key),
         date_published=bagging_date(), publication=publication, software_version=__version__)))
-    seal(bag, description="synthetic test bundle", protocol_sha256=psha, profile="other",
+    seal_payload(bag, description="synthetic test bundle", protocol_sha256=psha, profile="other",
          private_key=key)
     reseal(bag, key, predicate=lambda p: {**p, "publication": publication}, report=False,
            crate=False)
