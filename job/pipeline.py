@@ -310,7 +310,9 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
         from bundle.bag import bagging_date
         date_published = bagging_date()
     publication = publication or Publication()
-    art.write_bytes(layout.RO_CRATE_JSON, crate_bytes(data_dir, signer_fingerprint=signer_fingerprint,
+    written = {layout.data_name(path): facts for path, facts in art.ledger.items()}
+    art.write_bytes(layout.RO_CRATE_JSON, crate_bytes(written, protocol=protocol.doc, resources=resources_doc,
+                                                      environment=environment, signer_fingerprint=signer_fingerprint,
                                                       date_published=date_published, publication=publication))
     predicate = restated_predicate(protocol_sha256=protocol.sha256, resources=resources_doc,
                                    temperature=temperature, temperature_sha256=temperature_sha256, metrics=metrics,

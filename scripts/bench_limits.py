@@ -196,7 +196,7 @@ def build(out: Path, key: Ed25519PrivateKey, shape: Shape, seed: int = 0) -> Pat
     art.write_json(layout.STABILITY_JSON, stability_record(protocol.stability, protocol.fit, protocol.sha256,
                                                            cal, audit, temperature_sha256))
     art.write_json(layout.STAGES_JSON, {"protocol_sha256": protocol.sha256, "stages": stages})
-    art.write_json(layout.ENVIRONMENT_JSON, {
+    environment = {
         "python": "3.11", "implementation": "CPython", "platform": "bench", "os": "bench",
         "machine": "x86_64", "cpu_model": None, "logical_cores": 1,
         "packages": {"numpy": np.__version__}, "torch": {"threads": 1},
@@ -204,12 +204,15 @@ def build(out: Path, key: Ed25519PrivateKey, shape: Shape, seed: int = 0) -> Pat
         "timings_s": {s["name"]: 1.0 for s in stages},
         "stage_times": [{"stage": s["name"], "start": f"2024-05-07T00:00:0{i}Z", "end": f"2024-05-07T00:00:0{i + 1}Z"}
                         for i, s in enumerate(stages)],
-        "peak_rss_mb": 1.0})
+        "peak_rss_mb": 1.0}
+    art.write_json(layout.ENVIRONMENT_JSON, environment)
     for rel, png in render_figures(metrics, audit.logits.astype(np.float64)).items():
         art.write_bytes(f"{layout.DATA_DIR}/{rel}", png)
     art.write_bytes(layout.REPORT_MD, report_markdown(data).encode("utf-8"))
-    art.write_bytes(layout.RO_CRATE_JSON, crate_bytes(data, signer_fingerprint=fingerprint(key),
-                                                      date_published=bagging_date()))
+    art.write_bytes(layout.RO_CRATE_JSON, crate_bytes(
+        {layout.data_name(path): facts for path, facts in art.ledger.items()}, protocol=protocol.doc,
+        resources=resources, environment=environment, signer_fingerprint=fingerprint(key),
+        date_published=bagging_date()))
     predicate = restated_predicate(protocol_sha256=protocol.sha256, resources=resources, temperature=temperature,
                                    temperature_sha256=temperature_sha256, metrics=metrics,
                                    publication=Publication().record())

@@ -13,12 +13,14 @@ import pyarrow.parquet as pq
 
 from bundle import layout
 from bundle.bag import payload_files, seal
-from bundle.canonical import loads_strict
-from bundle.crate_terms import NO_LICENSE, ROOT
+from bundle.canonical import dumps, loads_strict
+from bundle.crate_terms import NO_LICENSE, ROOT, VOLATILE
 from bundle.ledger import Ledger
 from bundle.statement import restated_predicate
+from bundle.views.crate import Described
 from job.predictions import Predictions
 from job.protocol import AUDIT, CALIBRATION, BootstrapSpec, FitSpec, StabilitySpec
+from job.rocrate import CRATE, Publication, crate_metadata
 from job.stability import stability_record
 from job.uncertainty import bootstrap_record
 
@@ -98,3 +100,29 @@ def stability_from_files(spec: StabilitySpec, fit: FitSpec, protocol_sha256: str
     """job.stability.stability_record of the records in the data folder `data`."""
     return stability_record(spec, fit, protocol_sha256, predictions_of(data, CALIBRATION), predictions_of(data, AUDIT),
                             _sha256(data, layout.TEMPERATURE_JSON))
+
+
+def described_files(data: Path) -> list[str]:
+    """The files a crate of the data folder `data` describes: every regular file under it except
+    the crate itself and the files that vary between runs (VOLATILE), POSIX paths, sorted."""
+    return sorted(rel for p in data.rglob("*")
+                  if p.is_file() and (rel := p.relative_to(data).as_posix()) != CRATE and rel not in VOLATILE)
+
+
+def crate_of(data: Path, *, signer_fingerprint: str | None, date_published: str,
+             publication: Publication | None = None) -> dict[str, Any]:
+    """job.rocrate.crate_metadata of the files and records in the data folder `data`."""
+    def doc(path: str) -> Any:
+        return loads_strict((data / layout.data_name(path)).read_bytes(), source=path)
+
+    files = {rel: Described.of((data / rel).read_bytes()) for rel in described_files(data)}
+    return crate_metadata(files, protocol=doc(layout.PROTOCOL_JSON), resources=doc(layout.RESOURCES_JSON),
+                          environment=doc(layout.ENVIRONMENT_JSON), signer_fingerprint=signer_fingerprint,
+                          date_published=date_published, publication=publication)
+
+
+def crate_bytes_of(data: Path, *, signer_fingerprint: str | None, date_published: str,
+                   publication: Publication | None = None) -> bytes:
+    """Canonical JSON bytes of crate_of(...): the crate file the job would write for `data`."""
+    return dumps(crate_of(data, signer_fingerprint=signer_fingerprint, date_published=date_published,
+                          publication=publication))

@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from bundle.canonical import dumps
 from bundle.keys import fingerprint
 from job.plausibility import run_warnings
-from tests.payload import seal_payload
+from tests.payload import crate_bytes_of, seal_payload
 from verify import numerics
 
 REPO = Path(__file__).resolve().parent.parent
@@ -263,13 +263,13 @@ def write_derived(data: Path, signer_fingerprint: str | None) -> None:
     from bundle.bag import bagging_date
     from job.figures import render_figures
     from job.report import REPORT, report_markdown
-    from job.rocrate import CRATE, crate_bytes
+    from job.rocrate import CRATE
 
     for rel, png in render_figures(data).items():
         (data / rel).parent.mkdir(parents=True, exist_ok=True)
         (data / rel).write_bytes(png)
     (data / REPORT).write_bytes(report_markdown(data).encode("utf-8"))
-    (data / CRATE).write_bytes(crate_bytes(data, signer_fingerprint=signer_fingerprint,
+    (data / CRATE).write_bytes(crate_bytes_of(data, signer_fingerprint=signer_fingerprint,
                                            date_published=bagging_date()))
 
 

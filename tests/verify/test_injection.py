@@ -24,7 +24,7 @@ from bundle.bag import bagging_date
 from bundle.canonical import loads_strict
 from bundle.keys import fingerprint
 from tests.bundle.test_markdown import MD, gfm_autolinks
-from tests.payload import seal_payload
+from tests.payload import described_files, seal_payload
 from tests.synthetic import REPO, write_payload
 from tests.verify.tamper import Keys, edit_json, reseal, update_stage_hashes, verify_keys  # noqa: F401
 from verify.api import verify_path
@@ -74,10 +74,10 @@ def _publication(strings: dict[str, str]) -> dict[str, Any]:
 def build(bag: Path, key: Any, strings: dict[str, str]) -> Path:
     """A synthetic bundle whose every free-text field holds `strings`, signed by `key`, with its
     views rendered by the job's own modules."""
-    from bundle.views.crate import crate_document
+    from bundle.views.crate import Described, crate_document
     from job.figures import render_figures
     from job.report import REPORT, report_markdown
-    from job.rocrate import CRATE, payload_files
+    from job.rocrate import CRATE
 
     data = bag / "data"
     psha = write_payload(data, protocol=_protocol(strings), signer_fingerprint=fingerprint(key))
@@ -99,7 +99,7 @@ def build(bag: Path, key: Any, strings: dict[str, str]) -> Path:
     publication = _publication(strings)
     from bundle.canonical import dumps
 
-    payload = {rel: (data / rel).read_bytes() for rel in payload_files(data)}
+    payload = {rel: Described.of((data / rel).read_bytes()) for rel in described_files(data)}
     read = {p: loads_strict((data / layout.data_name(p)).read_bytes())
             for p in (layout.PROTOCOL_JSON, layout.RESOURCES_JSON, layout.ENVIRONMENT_JSON)}
     from job import __version__
