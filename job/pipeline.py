@@ -52,7 +52,7 @@ class RunResult:
     metrics: dict[str, Any]  # data/metrics.json
     bootstrap: dict[str, Any] | None  # data/bootstrap.json; None when the protocol has no bootstrap
     stability: dict[str, Any] | None  # data/stability.json; None when the protocol has no such study
-    predicate: dict[str, Any]  # the signed predicate (bundle.statement.predicate), restated from the records
+    predicate: dict[str, Any]  # what the bundle signs (bundle.statement.restated_predicate)
     ledger: Ledger
 
 
@@ -256,7 +256,6 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
             audit = Predictions.of_table(AUDIT, audit_table, art.write_table(audit_pred, audit_table))
             # The largest pool's texts and hashes, before the studies:
             del audit_rows, audit_pool, audit_out, audit_table
-
             _release_memory()
             stages.append(stage(protocol, "audit-inference",
                                 art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON, layout.POOLS_JSON,
@@ -287,8 +286,7 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
                 stability = stability_record(protocol.stability, protocol.fit, protocol.sha256, cal, audit,
                                              temperature_sha256)
                 art.write_json(layout.STABILITY_JSON, stability)
-        stages_doc = {"protocol_sha256": protocol.sha256, "stages": stages}
-        art.write_json(layout.STAGES_JSON, stages_doc)
+        art.write_json(layout.STAGES_JSON, {"protocol_sha256": protocol.sha256, "stages": stages})
     thread_record = None if s.thread_choice is None else s.thread_choice.record()
     environment = environment_record(torch_info, clock, rss.mb, forward_check, thread_record, arithmetic)
     if cluster is not None:
