@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow.parquet as pq
 
 from bundle import layout
@@ -18,6 +19,7 @@ from bundle.crate_terms import NO_LICENSE, ROOT, VOLATILE
 from bundle.ledger import Ledger
 from bundle.statement import restated_predicate
 from bundle.views.crate import Described
+from bundle.views.figures import render_figures
 from job.predictions import Predictions
 from job.protocol import AUDIT, CALIBRATION, BootstrapSpec, FitSpec, StabilitySpec
 from job.rocrate import CRATE, Publication, crate_metadata
@@ -126,3 +128,10 @@ def crate_bytes_of(data: Path, *, signer_fingerprint: str | None, date_published
     """Canonical JSON bytes of crate_of(...): the crate file the job would write for `data`."""
     return dumps(crate_of(data, signer_fingerprint=signer_fingerprint, date_published=date_published,
                           publication=publication))
+
+
+def figures_of(data: Path) -> dict[str, bytes]:
+    """bundle.views.figures.render_figures of the metrics.json and audit logits in the data folder
+    `data`: {path inside data/: PNG bytes}, what the run draws from its records."""
+    metrics = loads_strict((data / layout.data_name(layout.METRICS_JSON)).read_bytes(), source=layout.METRICS_JSON)
+    return render_figures(metrics, predictions_of(data, AUDIT).logits.astype(np.float64))

@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from bundle.canonical import dumps
 from bundle.keys import fingerprint
 from job.plausibility import run_warnings
-from tests.payload import crate_bytes_of, seal_payload
+from tests.payload import crate_bytes_of, figures_of, seal_payload
 from verify import numerics
 
 REPO = Path(__file__).resolve().parent.parent
@@ -261,11 +261,10 @@ def write_payload(data: Path, *, sizes: tuple[int, int, int] | None = (8, 40, 40
 def write_derived(data: Path, signer_fingerprint: str | None) -> None:
     """Figures, report.md, then the crate (last), written by the job's own modules."""
     from bundle.bag import bagging_date
-    from job.figures import render_figures
     from job.report import REPORT, report_markdown
     from job.rocrate import CRATE
 
-    for rel, png in render_figures(data).items():
+    for rel, png in figures_of(data).items():
         (data / rel).parent.mkdir(parents=True, exist_ok=True)
         (data / rel).write_bytes(png)
     (data / REPORT).write_bytes(report_markdown(data).encode("utf-8"))

@@ -16,7 +16,6 @@ from bundle.canonical import dumps, loads_strict
 from bundle.layout import data_name
 from bundle.views.report import FIGURE_FILES
 from bundle.views.report import report_markdown as render
-from job.figures import render_figures
 from job.protocol import StabilitySpec, load_protocol
 from job.report import (
     cell,
@@ -27,7 +26,7 @@ from job.report import (
     load_docs,
     report_markdown,
 )
-from tests.payload import bootstrap_from_files, stability_from_files
+from tests.payload import bootstrap_from_files, figures_of, stability_from_files
 
 
 @pytest.fixture
@@ -50,7 +49,7 @@ def full_data(base_data: Path) -> Path:
     (base_data / "bootstrap.json").write_bytes(dumps(bootstrap))
     stability = stability_from_files(StabilitySpec(sizes=(5, 10, 20)), protocol.fit, protocol.sha256, base_data)
     (base_data / "stability.json").write_bytes(dumps(stability))
-    for rel, png in render_figures(base_data).items():
+    for rel, png in figures_of(base_data).items():
         (base_data / rel).parent.mkdir(parents=True, exist_ok=True)
         (base_data / rel).write_bytes(png)
     return base_data

@@ -24,7 +24,7 @@ from bundle.bag import bagging_date
 from bundle.canonical import loads_strict
 from bundle.keys import fingerprint
 from tests.bundle.test_markdown import MD, gfm_autolinks
-from tests.payload import described_files, seal_payload
+from tests.payload import described_files, figures_of, seal_payload
 from tests.synthetic import REPO, write_payload
 from tests.verify.tamper import Keys, edit_json, reseal, update_stage_hashes, verify_keys  # noqa: F401
 from verify.api import verify_path
@@ -75,7 +75,6 @@ def build(bag: Path, key: Any, strings: dict[str, str]) -> Path:
     """A synthetic bundle whose every free-text field holds `strings`, signed by `key`, with its
     views rendered by the job's own modules."""
     from bundle.views.crate import Described, crate_document
-    from job.figures import render_figures
     from job.report import REPORT, report_markdown
     from job.rocrate import CRATE
 
@@ -93,7 +92,7 @@ def build(bag: Path, key: Any, strings: dict[str, str]) -> Path:
     edit_json(bag, layout.RESOURCES_JSON, resources)
     edit_json(bag, layout.ENVIRONMENT_JSON, environment)
     update_stage_hashes(bag)
-    for rel, png in render_figures(data).items():
+    for rel, png in figures_of(data).items():
         (data / rel).write_bytes(png)
     (data / REPORT).write_bytes(report_markdown(data).encode("utf-8"))
     publication = _publication(strings)
