@@ -20,15 +20,14 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle import layout
-from bundle.canonical import loads_strict, require_canonical
+from bundle.canonical import loads_strict
 from bundle.digests import file_digests, sha256_file
 from bundle.dsse import Envelope
 from bundle.errors import BundleError
 from bundle.keys import fingerprint, public_key_pem
-from bundle.schemas import validate
+from bundle.ledger import Written
 from bundle.statement import (
     build_statement,
-    predicate_from_payload,
     schemas_map,
     statement_bytes,
 )
@@ -101,22 +100,14 @@ def _write(bag: Path, name: str, data: bytes) -> None:
         fh.write(data)
 
 
-def check_payload(bag: Path, *, protocol_sha256: str, profile: str, complete: bool,
-                  validated: Mapping[str, str] | None = None) -> list[str]:
+def check_payload(bag: Path, ledger: Mapping[str, Written], *, protocol_sha256: str, profile: str) -> list[str]:
     """Check the payload before it is sealed; return the payload paths.
 
-    data/protocol.json must hash to protocol_sha256; every JSON payload file must parse strictly,
-    follow its schema and (except protocol.json) be canonical; resources.json's profile must
-    equal `profile`. With `complete`, the payload must be exactly the files FORMAT.md lists.
-
-    `validated` maps bag paths to the sha256 of bytes the caller itself wrote as canonical JSON
-    after validating them against the path's schema (job.artifacts.Artifacts): a file that still
-    hashes to that is not parsed again (nor held to loads_strict's size and depth bounds, which
-    only the verifier's reading of untrusted files needs), which spares a large split's pools.json
-    a second strict parse and schema walk at seal time. resources.json is always read (its profile
-    must match); any other file, and every file when `validated` is None, is checked in full.
-    Vouching for bytes that were not validated seals them unchecked: pass only digests returned
-    by the writer that validated them.
+    The files under data/ must be exactly those `ledger` lists (bundle.ledger.Ledger: each
+    written once, JSON ones schema-checked as they were written, digests taken from the bytes
+    written), each still of the size written; data/protocol.json must have been written with
+    sha256 protocol_sha256; the payload must be exactly the files FORMAT.md lists for that
+    protocol; resources.json's profile must equal `profile`.
     """
     bag = Path(bag)
     if not _HEX64.fullmatch(protocol_sha256):
@@ -129,62 +120,68 @@ def check_payload(bag: Path, *, protocol_sha256: str, profile: str, complete: bo
             f"Profile {profile!r} is not one of {', '.join(layout.PROFILES)}; pass formal or other."
         )
     paths = payload_files(bag)
+    unwritten = sorted(set(paths) - set(ledger))
+    gone = sorted(set(ledger) - set(paths))
+    if unwritten or gone:
+        raise BundleError(
+            f"data/ does not hold the files its ledger lists (not written through it: "
+            f"{unwritten or 'none'}; missing: {gone or 'none'}); write every payload file through one Ledger."
+        )
+    resized = [path for path in paths if (bag / path).stat().st_size != ledger[path].size]
+    if resized:
+        raise BundleError(
+            f"{resized[0]} changed size after it was written; something else writes into the "
+            "staging directory, so stop it and write the payload again."
+        )
     if layout.PROTOCOL_JSON not in paths:
         raise BundleError(
             f"{layout.PROTOCOL_JSON} is missing; copy the protocol file there byte for byte."
         )
-    found = sha256_file(bag / layout.PROTOCOL_JSON)
+    found = ledger[layout.PROTOCOL_JSON].sha256
     if found != protocol_sha256:
         raise BundleError(
             f"{layout.PROTOCOL_JSON} has sha256 {found} but the protocol's is "
             f"{protocol_sha256}; copy the protocol file byte for byte."
         )
+    # Both small, and schema-valid as written: what the payload must hold, and the profile it states.
     protocol = loads_strict((bag / layout.PROTOCOL_JSON).read_bytes(), source=layout.PROTOCOL_JSON)
-    validate(protocol, "protocol", source=layout.PROTOCOL_JSON)
-    if complete:
-        expected = layout.expected_payload(protocol)
-        missing = sorted(set(expected) - set(paths))
-        extra = sorted(set(paths) - set(expected))
-        if missing or extra:
-            raise BundleError(
-                f"The payload does not match FORMAT.md for this protocol (missing: "
-                f"{missing or 'none'}; extra: {extra or 'none'}); write exactly the listed files."
-            )
-    vouched = validated or {}
-    for path, name in layout.PAYLOAD_SCHEMAS.items():
-        if path not in paths or path == layout.PROTOCOL_JSON:
-            continue
-        if path != layout.RESOURCES_JSON and path in vouched and sha256_file(bag / path) == vouched[path]:
-            continue
-        doc: Any = require_canonical((bag / path).read_bytes(), source=path)
-        validate(doc, name, source=path)
-        if path == layout.RESOURCES_JSON and doc["profile"] != profile:
-            raise BundleError(
-                f"{path} says profile {doc['profile']!r} but the bag is sealed as "
-                f"{profile!r}; pass the profile resources.json records."
-            )
+    expected = layout.expected_payload(protocol)
+    missing = sorted(set(expected) - set(paths))
+    extra = sorted(set(paths) - set(expected))
+    if missing or extra:
+        raise BundleError(
+            f"The payload does not match FORMAT.md for this protocol (missing: "
+            f"{missing or 'none'}; extra: {extra or 'none'}); write exactly the listed files."
+        )
+    resources = loads_strict((bag / layout.RESOURCES_JSON).read_bytes(), source=layout.RESOURCES_JSON)
+    if resources["profile"] != profile:
+        raise BundleError(
+            f"{layout.RESOURCES_JSON} says profile {resources['profile']!r} but the bag is sealed as "
+            f"{profile!r}; pass the profile resources.json records."
+        )
     return paths
 
 
 def seal(
     staging: Path,
+    ledger: Mapping[str, Written],
     *,
     description: str,
     protocol_sha256: str,
     profile: str,
     predicate: Mapping[str, Any] | None = None,
     private_key: Ed25519PrivateKey | None = None,
-    complete: bool = True,
     date: str | None = None,
-    validated: Mapping[str, str] | None = None,
 ) -> None:
     """Write every tag file around staging/data/ so that staging becomes a complete bag.
 
+    `ledger`: the payload as written (bundle.ledger.Ledger over staging); the manifests, the
+    Payload-Oxum and the statement's subjects are its digests and sizes, not a second reading.
     `date` is the Bagging-Date (default: bagging_date()); pass the date the payload already names.
-    `validated`: see check_payload.
 
     With a private key, sign an in-toto Statement over all payload files; its predicate is
-    `predicate` (default: restated from the payload) plus `schemas` and `signer_fingerprint`.
+    `predicate` (bundle.statement.restated_predicate of the records written) plus `schemas` and
+    `signer_fingerprint`.
     """
     staging = Path(staging)
     stray = sorted(p.name for p in staging.iterdir() if p.name != layout.DATA_DIR)
@@ -193,16 +190,16 @@ def seal(
             f"{staging} already holds {', '.join(stray)} next to data/; seal a "
             "staging directory that holds only data/."
         )
-    paths = check_payload(
-        staging, protocol_sha256=protocol_sha256, profile=profile, complete=complete, validated=validated
-    )
+    if private_key is not None and predicate is None:
+        raise BundleError(
+            "A signed bag needs the predicate it signs; pass bundle.statement.restated_predicate(...) "
+            "of the records written."
+        )
+    paths = check_payload(staging, ledger, protocol_sha256=protocol_sha256, profile=profile)
     format_bag_info([(layout.INFO_DESCRIPTION, description)])  # refuse line breaks early
-    sha256: dict[str, str] = {}
-    sha512: dict[str, str] = {}
-    octets = 0
-    for path in paths:
-        sha256[path], sha512[path] = file_digests(staging / path)
-        octets += (staging / path).stat().st_size
+    sha256 = {path: ledger[path].sha256 for path in paths}
+    sha512 = {path: ledger[path].sha512 for path in paths}
+    octets = sum(ledger[path].size for path in paths)
 
     info = [
         (layout.INFO_BAGGING_DATE, date or bagging_date()),
@@ -215,7 +212,7 @@ def seal(
     if private_key is not None:
         signer = fingerprint(private_key)
         info.append((layout.INFO_SIGNER_FINGERPRINT, signer))
-        full = dict(predicate_from_payload(staging) if predicate is None else predicate)
+        full = dict(predicate or {})
         for key, expected in (("protocol_sha256", protocol_sha256), ("profile", profile)):
             if full.get(key) != expected:
                 raise BundleError(

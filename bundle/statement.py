@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from bundle import layout
-from bundle.canonical import dumps, loads_strict
-from bundle.crate_graph import entities, stated_publication
-from bundle.errors import BundleError
+from bundle.canonical import dumps
 from bundle.layout import PREDICATE_TYPE, STATEMENT_TYPE
 from bundle.schemas import schema_id, schema_sha256, validate
 
@@ -18,7 +14,7 @@ __all__ = [
     "PREDICATE_TYPE",
     "STATEMENT_TYPE",
     "build_statement",
-    "predicate_from_payload",
+    "restated_predicate",
     "schemas_map",
     "statement_bytes",
 ]
@@ -50,40 +46,17 @@ def schemas_map(payload_paths: list[str]) -> dict[str, dict[str, str]]:
     }
 
 
-def _read(bag: Path, rel: str) -> bytes:
-    try:
-        return (bag / rel).read_bytes()
-    except OSError as exc:
-        raise BundleError(
-            f"Cannot read {rel} in {bag} ({exc.strerror}); the payload is "
-            "incomplete, so re-run the job."
-        ) from exc
+def restated_predicate(*, protocol_sha256: str, resources: Mapping[str, Any], temperature: Mapping[str, Any],
+                       temperature_sha256: str, metrics: Mapping[str, Any],
+                       publication: Mapping[str, Any]) -> dict[str, Any]:
+    """The predicate restated from the records, without `schemas` and `signer_fingerprint`.
 
-
-def publication_from_crate(crate: Mapping[str, Any]) -> dict[str, Any]:
-    """The predicate's `publication`: the licence, publisher, authors and contact the crate's
-    root states (FORMAT.md "Predicate"), read as every reader of the format reads them
-    (bundle.crate_graph.stated_publication); null or empty where it states none."""
-    return stated_publication(entities(crate))
-
-
-def predicate_from_payload(bag: Path) -> dict[str, Any]:
-    """The predicate restated from the payload files, without `schemas` and `signer_fingerprint`.
-
-    `format` is the format this code writes; `publication` restates the crate's root, so the
-    crate must be written first. The job may sign it as is; a verifier recomputes it from the
-    payload and compares.
+    resources, temperature, metrics: the documents written as resources.json, temperature.json
+    and metrics.json; temperature_sha256: temperature.json's; publication: licence, publisher,
+    authors and contact as the crate's root states them (FORMAT.md "Predicate"). `format` is the
+    format this code writes. The job signs it as is; a verifier recomputes it from the payload
+    and compares.
     """
-    bag = Path(bag)
-    protocol_sha256 = hashlib.sha256(_read(bag, layout.PROTOCOL_JSON)).hexdigest()
-    resources = loads_strict(_read(bag, layout.RESOURCES_JSON), source=layout.RESOURCES_JSON)
-    temperature_raw = _read(bag, layout.TEMPERATURE_JSON)
-    temperature = loads_strict(temperature_raw, source=layout.TEMPERATURE_JSON)
-    metrics = loads_strict(_read(bag, layout.METRICS_JSON), source=layout.METRICS_JSON)
-    validate(resources, "resources", source=layout.RESOURCES_JSON)
-    validate(temperature, "temperature", source=layout.TEMPERATURE_JSON)
-    validate(metrics, "metrics", source=layout.METRICS_JSON)
-    crate = loads_strict(_read(bag, layout.RO_CRATE_JSON), source=layout.RO_CRATE_JSON)
     audit = metrics["pools"]["audit"]
     return {
         "format": {"version": layout.FORMAT_VERSION, "oldest_verifier": layout.OLDEST_VERIFIER},
@@ -105,14 +78,14 @@ def predicate_from_payload(bag: Path) -> dict[str, Any]:
             "temperature": temperature["temperature"],
             "beta": temperature["beta"],
             "boundary": temperature["boundary"],
-            "sha256": hashlib.sha256(temperature_raw).hexdigest(),
+            "sha256": temperature_sha256,
         },
         "audit": {
             "n": audit["raw"]["n"],
             "raw": {k: audit["raw"][k] for k in _HEADLINE},
             "calibrated": {k: audit["calibrated"][k] for k in _HEADLINE},
         },
-        "publication": publication_from_crate(crate),
+        "publication": dict(publication),
     }
 
 

@@ -1,65 +1,53 @@
-"""Writes the run's artifacts into the bundle's data/ directory and remembers their hashes.
+"""Writes the run's artifacts into the bundle's data/ directory, each once, through a
+bundle.ledger.Ledger that records every file's digests as it is written (what seal seals from).
 
 Files are named by their bag paths (bundle.layout: "data/temperature.json"); hashes are reported
 under their names inside data/ ("temperature.json"), the names stage records use."""
 
 from __future__ import annotations
 
-import hashlib
-import os
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from bundle.canonical import dumps
 from bundle.digests import sha256_file
-from bundle.layout import PAYLOAD_SCHEMAS, data_name
-from bundle.schemas import validate
+from bundle.layout import DATA_DIR, data_name
+from bundle.ledger import Ledger
 from job.errors import JobError
-from job.predictions import write_predictions
+from job.predictions import predictions_bytes
 
 
 class Artifacts:
-    """Every JSON file is schema-validated before it is written; every file's sha256 is kept.
+    """Every JSON file is schema-validated before it is written (bundle.ledger.Ledger.write_json);
+    every file's digests are recorded from the bytes written, in `ledger`.
 
-    `path` arguments are bag paths (bundle.layout names); `sha256` is keyed by the name inside data/;
-    `validated` maps the bag path of each JSON file written by write_json to the sha256 of the
-    canonical, schema-valid bytes written (what bundle.bag.seal may take instead of parsing it again)."""
+    `path` arguments are bag paths (bundle.layout names); data_dir must be a bag's data/ folder."""
 
     def __init__(self, data_dir: Path) -> None:
+        if data_dir.name != DATA_DIR:
+            raise JobError(f"{data_dir} is not named {DATA_DIR}; write the payload into a bag's {DATA_DIR}/ folder.")
         self.dir = data_dir
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.sha256: dict[str, str] = {}
-        self.validated: dict[str, str] = {}
+        self.ledger = Ledger(data_dir.parent)
 
     def path(self, path: str) -> Path:
         return self.dir / data_name(path)
 
     def digest(self, path: str) -> str:
         """The sha256 recorded when `path` was written."""
-        return self.sha256[data_name(path)]
+        return self.ledger[path].sha256
 
     def write_bytes(self, path: str, data: bytes) -> str:
-        target, rel = self.path(path), data_name(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with open(target, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        self.sha256[rel] = hashlib.sha256(data).hexdigest()
-        return self.sha256[rel]
+        return self.ledger.write_bytes(path, data).sha256
 
     def write_json(self, path: str, doc: dict[str, Any]) -> str:
         """Canonical JSON, validated first against the schema bundle.layout assigns to `path`."""
-        validate(doc, PAYLOAD_SCHEMAS[path])
-        self.validated[path] = self.write_bytes(path, dumps(doc))
-        return self.validated[path]
+        return self.ledger.write_json(path, doc).sha256
 
     def write_table(self, path: str, table: pa.Table) -> str:
-        write_predictions(table, self.path(path))
-        self.sha256[data_name(path)] = sha256_file(self.path(path))
-        return self.digest(path)
+        """A predictions table as Parquet (job.predictions.predictions_bytes), serialised in memory
+        so that its bytes are hashed as they are written."""
+        return self.write_bytes(path, predictions_bytes(table))
 
     def unchanged(self, path: str) -> bool:
         """Whether the file at `path` still has the hash recorded when it was written."""

@@ -28,19 +28,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from bundle import layout
-from bundle.canonical import loads_strict
-from bundle.digests import sha256_file
-from bundle.layout import data_name
 from job.calibration import log_softmax
 from job.metrics import BINS, bin_index
-from job.predictions import read_logits
+from job.predictions import Predictions
 from job.protocol import AUDIT, BootstrapSpec
 
 F64 = NDArray[np.float64]
@@ -160,24 +155,21 @@ def verdict(lower: float, upper: float) -> str:
     return "no claim"
 
 
-def bootstrap_record(spec: BootstrapSpec, protocol_sha256: str, data_dir: Path) -> dict[str, Any]:
-    """data/bootstrap.json (schema bootstrap/v1) from data/temperature.json, data/metrics.json and
-    data/predictions/audit.parquet in data_dir, under the protocol's `bootstrap` section."""
-    pool = data_dir / data_name(layout.AUDIT_PREDICTIONS)
-    temperature_path = data_dir / data_name(layout.TEMPERATURE_JSON)
-    temperature = loads_strict(temperature_path.read_bytes(), source=layout.TEMPERATURE_JSON)
-    beta = float(temperature["beta"])
-    logits32, labels = read_logits(pool)
-    boot = paired_bootstrap(logits32.astype(np.float64), labels, beta,
+def bootstrap_record(spec: BootstrapSpec, protocol_sha256: str, audit: Predictions, beta: float,
+                     temperature_sha256: str, metrics_sha256: str) -> dict[str, Any]:
+    """data/bootstrap.json (schema bootstrap/v1) from the audit pool's predictions as written, the
+    fitted beta and the sha256 of temperature.json and metrics.json, under the protocol's
+    `bootstrap` section."""
+    boot = paired_bootstrap(audit.logits.astype(np.float64), audit.labels, beta,
                             resamples=spec.resamples, seed=spec.seed, quantiles=spec.quantiles)
     wanted = [m for m in METRICS if m in spec.metrics]
     return {
         "protocol_sha256": protocol_sha256,
         "pool": AUDIT,
         "n": boot.n,
-        "predictions_sha256": sha256_file(pool),
-        "temperature_sha256": sha256_file(temperature_path),
-        "metrics_sha256": sha256_file(data_dir / data_name(layout.METRICS_JSON)),
+        "predictions_sha256": audit.sha256,
+        "temperature_sha256": temperature_sha256,
+        "metrics_sha256": metrics_sha256,
         "beta": beta,
         "resamples": boot.resamples,
         "seed": boot.seed,

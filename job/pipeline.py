@@ -4,6 +4,7 @@ split -> calibration inference -> fit -> temperature frozen -> audit inference -
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,6 +12,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bundle import layout
+from bundle.ledger import Ledger
+from bundle.statement import restated_predicate
+from bundle.views.figures import render_figures
+from bundle.views.report import report_markdown as render_report
 from job.arithmetic import arithmetic_record
 from job.artifacts import Artifacts
 from job.batching import Tokenized
@@ -20,23 +25,20 @@ from job.dataset import Rows, load_rows
 from job.engines import Engine, LocalEngine, open_engine
 from job.environment import PeakRss, StageClock, environment_record
 from job.errors import JobError
-from job.figures import render_figures
 from job.forward_check import check_packed_forward
 from job.inference import pool_output
 from job.labelmap import LabelMap
 from job.metrics import compute_metrics
 from job.plausibility import below_chance, run_warnings, truncation_summary
-from job.predictions import PoolOutput, predictions_table, read_logits
+from job.predictions import PoolOutput, Predictions, predictions_table
 from job.process import release_free_memory
 from job.protocol import AUDIT, Protocol
 from job.protocol import CALIBRATION as CAL
-from job.report import report_markdown
 from job.resources import Resources
 from job.rocrate import Publication, crate_bytes
 from job.runtime import Settings
 from job.split import Pool, make_pools
 from job.stability import stability_record
-from verify.predictions import PredictionsFile
 
 if TYPE_CHECKING:
     from job.sharded import ShardOptions
@@ -44,13 +46,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class RunResult:
-    """What a finished execute() hands its caller: the records it wrote, as written."""
+    """What a finished execute() hands its caller: the records it wrote, as written, and the
+    ledger of every payload file's digests taken as it was written (what bundle.bag.seal seals)."""
 
     temperature: dict[str, Any]  # data/temperature.json
     metrics: dict[str, Any]  # data/metrics.json
     bootstrap: dict[str, Any] | None  # data/bootstrap.json; None when the protocol has no bootstrap
     stability: dict[str, Any] | None  # data/stability.json; None when the protocol has no such study
-    validated: dict[str, str]  # bag path -> sha256 of each JSON file written after schema validation
+    predicate: dict[str, Any]  # what the bundle signs (bundle.statement.restated_predicate)
+    ledger: Ledger
 
 
 def pools_record(protocol: Protocol, resources: Resources, rows: Rows, pools: dict[str, Pool]) -> dict[str, Any]:
@@ -136,34 +140,40 @@ def trajectory_record(protocol: Protocol, fit: TemperatureFit) -> dict[str, Any]
     }
 
 
-def truncation_of(path: Path, max_length: int) -> dict[str, int]:
-    """The truncation summary of one predictions file (job.plausibility.truncation_summary)."""
-    table = PredictionsFile(path, str(path)).read(["full_token_count", "truncated"])
-    return truncation_summary(table.column("full_token_count").to_numpy().astype(np.int64),
-                              table.column("truncated").to_numpy(zero_copy_only=False), max_length)
-
-
-def metrics_record(protocol: Protocol, art: Artifacts, beta: float, temperature: dict[str, Any]) -> dict[str, Any]:
-    """Raw and calibrated metrics of both pools, recomputed from the stored float32 logits; the
-    warnings the audit accuracy and the fitted temperature call for; each pool's truncation."""
+def metrics_record(protocol: Protocol, predictions: Mapping[str, Predictions], beta: float,
+                   temperature: dict[str, Any], temperature_sha256: str) -> dict[str, Any]:
+    """Raw and calibrated metrics of both pools, computed from the float32 logits as written; the
+    warnings the audit accuracy and the fitted temperature call for; each pool's truncation.
+    `predictions`: both pools' records by pool name."""
     pools: dict[str, Any] = {}
     unchanged = True
     for name, role in ((AUDIT, "evidence"), (CAL, "fit pool, not evidence")):
-        path = layout.PREDICTIONS[name]
-        logits32, labels = read_logits(art.path(path))
-        z = logits32.astype(np.float64)
+        pred = predictions[name]
+        z = pred.logits.astype(np.float64)
         unchanged &= bool((softmax(beta * z).argmax(axis=1) == z.argmax(axis=1)).all())
         pools[name] = {
-            "role": role, "predictions_sha256": art.digest(path),
-            "raw": compute_metrics(z, labels, 1.0, protocol.threshold),
-            "calibrated": compute_metrics(z, labels, beta, protocol.threshold),
+            "role": role, "predictions_sha256": pred.sha256,
+            "raw": compute_metrics(z, pred.labels, 1.0, protocol.threshold),
+            "calibrated": compute_metrics(z, pred.labels, beta, protocol.threshold),
         }
     audit = pools[AUDIT]["raw"]
-    return {"protocol_sha256": protocol.sha256, "temperature_sha256": art.digest(layout.TEMPERATURE_JSON),
+    max_length = protocol.inference.max_length
+    return {"protocol_sha256": protocol.sha256, "temperature_sha256": temperature_sha256,
             "beta": beta, "temperature": 1.0 / beta, "argmax_unchanged": unchanged, "pools": pools,
             "warnings": run_warnings(audit["accuracy"], len(protocol.resources.dataset.labels), temperature),
-            "truncation": {name: truncation_of(art.path(layout.PREDICTIONS[name]), protocol.inference.max_length)
+            "truncation": {name: truncation_summary(predictions[name].full_token_count, predictions[name].truncated,
+                                                    max_length)
                            for name in (AUDIT, CAL)}}
+
+
+def as_written(doc: Any) -> Any:
+    """`doc` with every object's keys in the order its canonical JSON file holds them (sorted), so
+    that a view iterating over a record in memory reads it as it would read the file."""
+    if isinstance(doc, Mapping):
+        return {key: as_written(doc[key]) for key in sorted(doc)}
+    if isinstance(doc, list | tuple):
+        return [as_written(v) for v in doc]
+    return doc
 
 
 def stage(protocol: Protocol, name: str, consumed: dict[str, str], produced: dict[str, str]) -> dict[str, Any]:
@@ -196,6 +206,8 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
             rows = load_dataset_rows(protocol, resources)
             pools = make_pools(protocol.split.prefix, rows.ids, protocol.split.pools)
             art.write_json(layout.POOLS_JSON, pools_record(protocol, resources, rows, pools))
+            # What the report shows of pools.json: its per-row members are not kept past the split.
+            pool_sizes = {"sizes": {name: len(pool.positions) for name, pool in pools.items()}}
             stages.append(stage(protocol, "split", art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON),
                                 art.pick(layout.POOLS_JSON)))
             # Past the split only the inferred pools' rows are read, each until its stage is done.
@@ -210,27 +222,30 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
             arithmetic = arithmetic_record()  # after the engine set up torch (this process; workers: cluster)
         with clock.stage("calibration-inference"):
             cal_out = _infer(engine, cal_rows, cal_pool, s, progress, protocol.label_map)
-            art.write_table(cal_pred, _table(cal_rows, cal_pool, cal_out))
+            cal_table = _table(cal_rows, cal_pool, cal_out)
+            cal = Predictions.of_table(CAL, cal_table, art.write_table(cal_pred, cal_table))
+            del cal_out, cal_table
             stages.append(stage(protocol, "calibration-inference",
                                 art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON, layout.POOLS_JSON),
                                 art.pick(cal_pred)))
         with clock.stage("fit"):
-            logits32, labels = read_logits(art.path(cal_pred))
             f = protocol.fit
-            fit = fit_temperature(logits32.astype(np.float64), labels, f.t_min, f.t_max, f.steps)
-            temperature = temperature_record(protocol, fit, len(labels), art.digest(cal_pred))
-            art.write_json(layout.TEMPERATURE_JSON, temperature)
-            art.write_json(layout.TRAJECTORY_JSON, trajectory_record(protocol, fit))
+            fit = fit_temperature(cal.logits.astype(np.float64), cal.labels, f.t_min, f.t_max, f.steps)
+            temperature = temperature_record(protocol, fit, len(cal.labels), cal.sha256)
+            trajectory = trajectory_record(protocol, fit)
+            temperature_sha256 = art.write_json(layout.TEMPERATURE_JSON, temperature)
+            art.write_json(layout.TRAJECTORY_JSON, trajectory)
             art.freeze(layout.TEMPERATURE_JSON)
             stages.append(stage(protocol, "fit", art.pick(cal_pred),
                                 art.pick(layout.TEMPERATURE_JSON, layout.TRAJECTORY_JSON)))
         with clock.stage("audit-inference"):
             if not art.unchanged(layout.TEMPERATURE_JSON):
                 raise JobError("temperature.json changed before the audit; the run is void, start it again.")
-            audit_out = _infer(engine, audit_rows, audit_pool, s, progress, protocol.label_map,
-                               art.digest(layout.TEMPERATURE_JSON))
-            art.write_table(audit_pred, _table(audit_rows, audit_pool, audit_out))
-            del audit_rows, audit_pool, audit_out  # the largest pool's texts and hashes, before the studies
+            audit_out = _infer(engine, audit_rows, audit_pool, s, progress, protocol.label_map, temperature_sha256)
+            audit_table = _table(audit_rows, audit_pool, audit_out)
+            audit = Predictions.of_table(AUDIT, audit_table, art.write_table(audit_pred, audit_table))
+            # The largest pool's texts and hashes, before the studies:
+            del audit_rows, audit_pool, audit_out, audit_table
             release_free_memory()
             stages.append(stage(protocol, "audit-inference",
                                 art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON, layout.POOLS_JSON,
@@ -244,21 +259,22 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
             cluster = engine.cluster()
             stack.close()  # a cluster's workers are not needed past this point
         with clock.stage("metrics"):
-            metrics = metrics_record(protocol, art, fit.beta, temperature)
-            art.write_json(layout.METRICS_JSON, metrics)
-            release_free_memory()  # both predictions tables as read, before the bootstrap's resample blocks
+            metrics = metrics_record(protocol, {CAL: cal, AUDIT: audit}, fit.beta, temperature, temperature_sha256)
+            metrics_sha256 = art.write_json(layout.METRICS_JSON, metrics)
             stages.append(stage(protocol, "metrics", art.pick(layout.TEMPERATURE_JSON, cal_pred, audit_pred),
                                 art.pick(layout.METRICS_JSON)))
         # Pre-registered studies on the frozen artifacts: descriptive, never fed back into the fit.
         bootstrap = stability = None
         if protocol.bootstrap is not None:
             with clock.stage("bootstrap"):
-                bootstrap = bootstrap_record(protocol.bootstrap, protocol.sha256, data_dir)
+                bootstrap = bootstrap_record(protocol.bootstrap, protocol.sha256, audit, fit.beta,
+                                             temperature_sha256, metrics_sha256)
                 art.write_json(layout.BOOTSTRAP_JSON, bootstrap)
                 release_free_memory()
         if protocol.stability is not None:
             with clock.stage("stability"):
-                stability = stability_record(protocol.stability, protocol.fit, protocol.sha256, data_dir)
+                stability = stability_record(protocol.stability, protocol.fit, protocol.sha256, cal, audit,
+                                             temperature_sha256)
                 art.write_json(layout.STABILITY_JSON, stability)
         art.write_json(layout.STAGES_JSON, {"protocol_sha256": protocol.sha256, "stages": stages})
     thread_record = None if s.thread_choice is None else s.thread_choice.record()
@@ -267,18 +283,32 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
     if cluster is not None:
         environment["cluster"] = cluster
     art.write_json(layout.ENVIRONMENT_JSON, environment)
-    # Views derived from the files above only: figures, the report, then the crate (last: it hashes all).
-    for rel, png in render_figures(data_dir).items():
+    # Views of the records above, as written: figures, the report, then the crate (last: it describes all).
+    figures = render_figures(metrics, audit.logits.astype(np.float64))
+    for rel, png in figures.items():
         art.write_bytes(f"{layout.DATA_DIR}/{rel}", png)
-    art.write_bytes(layout.REPORT_MD, report_markdown(data_dir).encode("utf-8"))
+    del cal, audit
+    resources_doc = resources.record()
+    docs = {layout.PROTOCOL_JSON: protocol.doc, layout.RESOURCES_JSON: resources_doc,
+            layout.POOLS_JSON: pool_sizes, layout.TEMPERATURE_JSON: temperature, layout.TRAJECTORY_JSON: trajectory,
+            layout.METRICS_JSON: metrics, layout.ENVIRONMENT_JSON: environment, layout.BOOTSTRAP_JSON: bootstrap,
+            layout.STABILITY_JSON: stability}
+    report = render_report({path: as_written(doc) for path, doc in docs.items()}, protocol.sha256, sorted(figures))
+    art.write_bytes(layout.REPORT_MD, report.encode("utf-8"))
     if date_published is None:
         from bundle.bag import bagging_date
         date_published = bagging_date()
-    art.write_bytes(layout.RO_CRATE_JSON, crate_bytes(data_dir, signer_fingerprint=signer_fingerprint,
+    publication = publication or Publication()
+    written = {layout.data_name(path): facts for path, facts in art.ledger.items()}
+    art.write_bytes(layout.RO_CRATE_JSON, crate_bytes(written, protocol=protocol.doc, resources=resources_doc,
+                                                      environment=environment, signer_fingerprint=signer_fingerprint,
                                                       date_published=date_published, publication=publication))
-    release_free_memory()  # the views' transient reading of the records, before sealing hashes every file
+    predicate = restated_predicate(protocol_sha256=protocol.sha256, resources=resources_doc,
+                                   temperature=temperature, temperature_sha256=temperature_sha256, metrics=metrics,
+                                   publication=publication.record())
+    release_free_memory()  # the views' transient buffers, before sealing
     return RunResult(temperature=temperature, metrics=metrics, bootstrap=bootstrap, stability=stability,
-                     validated=dict(art.validated))
+                     predicate=predicate, ledger=art.ledger)
 
 
 def smoke(protocol: Protocol, resources: Resources) -> dict[str, Any]:

@@ -48,11 +48,41 @@ def predictions_table(ids: NDArray[np.int64], keys: tuple[str, ...], text_sha256
     return pa.table(cols)
 
 
-def write_predictions(table: pa.Table, path: Path) -> None:
-    """Deterministic bytes for the same table and pyarrow version."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, path, compression="zstd", use_dictionary=False, write_statistics=False,
+def predictions_bytes(table: pa.Table) -> bytes:
+    """The Parquet file of a predictions table: deterministic bytes for the same table and pyarrow version."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd", use_dictionary=False, write_statistics=False,
                    version="2.6", data_page_version="1.0", store_schema=True)
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
+
+
+@dataclass(frozen=True)
+class Predictions:
+    """One pool's predictions file as written, for the stages after it: the float32 logits and
+    labels it holds (the numbers every later record is computed from), its truncation columns and
+    the sha256 of its bytes."""
+
+    pool: str
+    logits: NDArray[np.float32]  # [n, K], as stored
+    labels: NDArray[np.int64]
+    full_token_count: NDArray[np.int64]
+    truncated: NDArray[np.bool_]
+    sha256: str
+
+    @classmethod
+    def of_table(cls, pool: str, table: pa.Table, sha256: str) -> Predictions:
+        """The record of `table` (predictions_table's columns), whose file has `sha256`."""
+        logits, labels = table_logits(table)
+        return cls(pool, logits, labels, table.column("full_token_count").to_numpy().astype(np.int64),
+                   table.column("truncated").to_numpy(zero_copy_only=False).astype(np.bool_), sha256)
+
+
+def table_logits(table: pa.Table) -> tuple[NDArray[np.float32], NDArray[np.int64]]:
+    """Logits [n, K] float32 and labels from a predictions table's logit_j and label columns."""
+    k = sum(1 for name in table.column_names if name.startswith("logit_"))
+    logits = np.stack([table.column(f"logit_{j}").to_numpy() for j in range(k)], axis=1)
+    return logits.astype(np.float32), table.column("label").to_numpy().astype(np.int64)
 
 
 def read_logits(path: Path) -> tuple[NDArray[np.float32], NDArray[np.int64]]:

@@ -1,29 +1,29 @@
 """Every published figure recomputed from a reproducer's logits, and the figures that changed.
 
-A full reproduction holds its own logits for every calibration and audit row. Written into a scratch
-data directory as predictions tables (with the labels re-derived from the pinned data), they go
-through the job's own stages: the temperature fit, both pools' metrics, the bootstrap and the
-stability study. The report's checked tables (bundle.views.report.expected_tables) are what the
-bundle publishes, at the precision it publishes them, so a figure "changed" when its table cell
-differs: the attestation lists it as (figure, from, to)."""
+A full reproduction holds its own logits for every calibration and audit row. As predictions tables
+(with the labels re-derived from the pinned data) they go, in memory, through the job's own stages:
+the temperature fit, both pools' metrics, the bootstrap and the stability study. The report's
+checked tables (bundle.views.report.expected_tables) are what the bundle publishes, at the precision
+it publishes them, so a figure "changed" when its table cell differs: the attestation lists it as
+(figure, from, to)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
-import tempfile
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from bundle import layout
+from bundle.canonical import dumps
+from bundle.schemas import validate
 from bundle.views.report import expected_tables
-from job.artifacts import Artifacts
 from job.calibration import fit_temperature
-from job.predictions import PoolOutput, predictions_table, read_logits
-from job.protocol import CALIBRATION, Protocol
+from job.predictions import PoolOutput, Predictions, predictions_bytes, predictions_table
+from job.protocol import AUDIT, CALIBRATION, Protocol
 from job.verified_bundle import RecordedPool
 
 MAX_LISTED = 50
@@ -47,34 +47,40 @@ def changed_figures(before: Mapping[str, str], after: Mapping[str, str]) -> list
 
 
 def _stage_docs(protocol: Protocol, recorded: Mapping[str, RecordedPool], logits: Mapping[str, NDArray[np.float32]],
-                labels: Mapping[str, NDArray[np.int64]], files: Mapping[str, bytes], data: Path) -> dict[str, Any]:
-    """The records the job's stages write from these logits and labels, in the scratch folder `data`."""
+                labels: Mapping[str, NDArray[np.int64]], files: Mapping[str, bytes]) -> dict[str, Any]:
+    """The records the job's stages write from these logits and labels, computed in memory as the
+    run computes them (each record names the sha256 of the bytes its inputs would be written as)."""
     from job.bootstrap import bootstrap_record
     from job.pipeline import metrics_record, temperature_record
     from job.stability import stability_record
 
-    art = Artifacts(data)
-    for path in TABLE_INPUTS:
-        art.write_bytes(path, files[path])
+    predictions: dict[str, Predictions] = {}
     for name, pool in recorded.items():
         full = pool.token_count if pool.full_token_count is None else pool.full_token_count
         out = PoolOutput(logits[name], pool.token_count, pool.truncated, pool.batch, full)
-        art.write_table(layout.PREDICTIONS[name], predictions_table(
-            pool.idx, pool.split_key, pool.text_sha256, labels[name], out))
-    z32, y = read_logits(art.path(layout.PREDICTIONS[CALIBRATION]))
+        table = predictions_table(pool.idx, pool.split_key, pool.text_sha256, labels[name], out)
+        predictions[name] = Predictions.of_table(name, table, hashlib.sha256(predictions_bytes(table)).hexdigest())
+    cal, audit = predictions[CALIBRATION], predictions[AUDIT]
     f = protocol.fit
-    fit = fit_temperature(z32.astype(np.float64), y, f.t_min, f.t_max, f.steps)
+    fit = fit_temperature(cal.logits.astype(np.float64), cal.labels, f.t_min, f.t_max, f.steps)
     docs: dict[str, Any] = {layout.POOLS_JSON: json.loads(files[layout.POOLS_JSON])}
-    docs[layout.TEMPERATURE_JSON] = temperature_record(protocol, fit, len(y),
-                                                       art.digest(layout.PREDICTIONS[CALIBRATION]))
-    art.write_json(layout.TEMPERATURE_JSON, docs[layout.TEMPERATURE_JSON])
-    docs[layout.METRICS_JSON] = metrics_record(protocol, art, fit.beta, docs[layout.TEMPERATURE_JSON])
-    art.write_json(layout.METRICS_JSON, docs[layout.METRICS_JSON])
-    docs[layout.BOOTSTRAP_JSON] = (bootstrap_record(protocol.bootstrap, protocol.sha256, data)
+    temperature = temperature_record(protocol, fit, len(cal.labels), cal.sha256)
+    temperature_sha256 = _sha256_of(layout.TEMPERATURE_JSON, temperature)
+    metrics = metrics_record(protocol, predictions, fit.beta, temperature, temperature_sha256)
+    docs[layout.TEMPERATURE_JSON], docs[layout.METRICS_JSON] = temperature, metrics
+    docs[layout.BOOTSTRAP_JSON] = (bootstrap_record(protocol.bootstrap, protocol.sha256, audit, fit.beta,
+                                                    temperature_sha256, _sha256_of(layout.METRICS_JSON, metrics))
                                    if protocol.bootstrap is not None else None)
-    docs[layout.STABILITY_JSON] = (stability_record(protocol.stability, protocol.fit, protocol.sha256, data)
+    docs[layout.STABILITY_JSON] = (stability_record(protocol.stability, protocol.fit, protocol.sha256, cal, audit,
+                                                    temperature_sha256)
                                    if protocol.stability is not None else None)
     return docs
+
+
+def _sha256_of(path: str, doc: Mapping[str, Any]) -> str:
+    """The sha256 of `doc` written as the payload file `path` (schema-checked canonical JSON)."""
+    validate(doc, layout.PAYLOAD_SCHEMAS[path])
+    return hashlib.sha256(dumps(doc)).hexdigest()
 
 
 def recomputed_changes(protocol: Protocol, recorded: Mapping[str, RecordedPool],
@@ -85,8 +91,7 @@ def recomputed_changes(protocol: Protocol, recorded: Mapping[str, RecordedPool],
 
     `recorded`: the bundle's pools; `logits`, `labels`: the reproducer's, per pool in pool order;
     `files`: the bundle's files by bag path; `published`: the bundle's parsed records by bag path."""
-    with tempfile.TemporaryDirectory(prefix="reproduce-figures-") as tmp:
-        mine = published_tables(_stage_docs(protocol, recorded, logits, labels, files, Path(tmp) / "data"))
+    mine = published_tables(_stage_docs(protocol, recorded, logits, labels, files))
     theirs = published_tables(published)
     changed = changed_figures(theirs, mine)
     return {"compared": len(theirs), "changed": len(changed), "listed": changed[:MAX_LISTED]}

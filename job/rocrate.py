@@ -1,30 +1,29 @@
-"""data/ro-crate-metadata.json for the payload in a data directory: the job's side of
-bundle.views.crate, which renders the crate (the same code the verifier renders it with).
+"""data/ro-crate-metadata.json for a run's payload: the job's side of bundle.views.crate, which
+renders the crate (the same code the verifier renders it with).
 
-This module reads the payload's files and states who publishes the bundle, under which licence
-and by whom it was written (Publication, validated here, one sentence per mistake); the crate
-states it on its root, and the signed predicate restates it
-(bundle.statement.predicate_from_payload). Write the crate last, after every other file in data/:
-it hashes them all.
+This module takes the payload's records and digests as written and states who publishes the
+bundle, under which licence and by whom it was written (Publication, validated here, one sentence
+per mistake); the crate states it on its root, and the signed predicate restates it
+(bundle.statement.restated_predicate). Write the crate last, after every other file in data/:
+it describes them all.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from bundle import layout
-from bundle.canonical import dumps, loads_strict
-from bundle.crate_terms import DESCRIPTOR, FINGERPRINT_PROPERTY, VOLATILE
-from bundle.layout import data_name
+from bundle.canonical import dumps
+from bundle.crate_terms import DESCRIPTOR, FINGERPRINT_PROPERTY
 from bundle.views import crate as view
+from bundle.views.crate import FileFacts
 from job import __version__
 from job.errors import JobError
 
 __all__ = ["CRATE", "DEFAULT_LICENSE", "DEFAULT_PUBLISHER", "FINGERPRINT_PROPERTY", "Party", "Publication",
-           "crate_bytes", "crate_metadata", "payload_files"]
+           "crate_bytes", "crate_metadata"]
 
 CRATE = DESCRIPTOR
 """The crate's name inside data/."""
@@ -96,36 +95,25 @@ class Publication:
                 "authors": [a.record() for a in self.authors], "contact": self.contact}
 
 
-def payload_files(data_dir: Path) -> list[str]:
-    """The files the crate describes: every regular file under data_dir except the crate itself
-    and the files that vary between runs (VOLATILE), POSIX paths, sorted."""
-    return sorted(rel for p in data_dir.rglob("*")
-                  if p.is_file() and (rel := p.relative_to(data_dir).as_posix()) != CRATE
-                  and rel not in VOLATILE)
-
-
-def _read(data_dir: Path, path: str) -> Any:
-    """The parsed JSON payload file `path` (a layout name) of data_dir."""
-    return loads_strict((data_dir / data_name(path)).read_bytes(), source=path)
-
-
-def crate_metadata(data_dir: Path, *, signer_fingerprint: str | None, date_published: str,
+def crate_metadata(files: Mapping[str, FileFacts], *, protocol: Mapping[str, Any], resources: Mapping[str, Any],
+                   environment: Mapping[str, Any], signer_fingerprint: str | None, date_published: str,
                    publication: Publication | None = None) -> dict[str, Any]:
-    """The crate for the payload in data_dir, describing every file except the crate itself and
-    environment.json.
+    """The crate of the payload whose files (names inside data/) have the sizes and digests
+    `files` (the run's bundle.ledger entries as written), describing every file except the crate
+    itself and environment.json; protocol, resources, environment: those records as written.
 
     date_published: YYYY-MM-DD (use bundle.bag.bagging_date() so that it equals Bagging-Date).
     publication: licence, publisher and authors (default: Publication())."""
-    payload = {rel: (data_dir / rel).read_bytes() for rel in payload_files(data_dir)}
     return view.crate_document(
-        payload, protocol=_read(data_dir, layout.PROTOCOL_JSON), resources=_read(data_dir, layout.RESOURCES_JSON),
-        environment=_read(data_dir, layout.ENVIRONMENT_JSON), signer_fingerprint=signer_fingerprint,
-        date_published=date_published, publication=(publication or Publication()).record(),
-        software_version=__version__)
+        files, protocol=protocol, resources=resources, environment=environment,
+        signer_fingerprint=signer_fingerprint, date_published=date_published,
+        publication=(publication or Publication()).record(), software_version=__version__)
 
 
-def crate_bytes(data_dir: Path, *, signer_fingerprint: str | None, date_published: str,
+def crate_bytes(files: Mapping[str, FileFacts], *, protocol: Mapping[str, Any], resources: Mapping[str, Any],
+                environment: Mapping[str, Any], signer_fingerprint: str | None, date_published: str,
                 publication: Publication | None = None) -> bytes:
     """Canonical JSON bytes of crate_metadata(...), for Artifacts.write_bytes(CRATE, ...)."""
-    return dumps(crate_metadata(data_dir, signer_fingerprint=signer_fingerprint, date_published=date_published,
+    return dumps(crate_metadata(files, protocol=protocol, resources=resources, environment=environment,
+                                signer_fingerprint=signer_fingerprint, date_published=date_published,
                                 publication=publication))

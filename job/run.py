@@ -97,8 +97,9 @@ def run_and_seal(out: Path, protocol: Protocol, resources: Resources, key: Any, 
         result = execute(protocol, resources, staging / layout.DATA_DIR, progress=progress,
                          signer_fingerprint=fingerprint(key), date_published=date,
                          publication=publication, threads=threads, shard=shard)
-        seal(staging, description=f"Temperature-scaling calibration run under protocol {protocol.sha256[:16]} "
+        seal(staging, result.ledger,
+             description=f"Temperature-scaling calibration run under protocol {protocol.sha256[:16]} "
              f"({protocol.doc['name']}), profile {resources.profile}.",
              protocol_sha256=protocol.sha256, profile=resources.profile,
-             private_key=key, date=date, validated=result.validated)
+             predicate=result.predicate, private_key=key, date=date)
     return result

@@ -10,17 +10,13 @@ mean_nll at the subset's beta. Sizes larger than the pool are skipped and listed
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from bundle import layout
-from bundle.digests import sha256_file
-from bundle.layout import data_name
 from job.calibration import fit_temperature, mean_nll
-from job.predictions import read_logits
+from job.predictions import Predictions
 from job.protocol import FitSpec, StabilitySpec
 
 F64 = NDArray[np.float64]
@@ -46,21 +42,20 @@ def size_curve(cal_logits: F64, cal_labels: NDArray[np.int64], audit_logits: F64
     return entries, skipped
 
 
-def stability_record(spec: StabilitySpec, fit: FitSpec, protocol_sha256: str, data_dir: Path) -> dict[str, Any]:
-    """data/stability.json (schema stability/v1) from the two predictions files and
-    temperature.json in data_dir, under the protocol's `stability` and `fit` sections."""
-    cal, audit = (data_dir / data_name(layout.CALIBRATION_PREDICTIONS), data_dir / data_name(layout.AUDIT_PREDICTIONS))
-    c32, cy = read_logits(cal)
-    a32, ay = read_logits(audit)
-    cz, az = c32.astype(np.float64), a32.astype(np.float64)
+def stability_record(spec: StabilitySpec, fit: FitSpec, protocol_sha256: str, cal: Predictions,
+                     audit: Predictions, temperature_sha256: str) -> dict[str, Any]:
+    """data/stability.json (schema stability/v1) from the two pools' predictions as written and the
+    sha256 of temperature.json, under the protocol's `stability` and `fit` sections."""
+    cy, ay = cal.labels, audit.labels
+    cz, az = cal.logits.astype(np.float64), audit.logits.astype(np.float64)
     entries, skipped = size_curve(cz, cy, az, ay, spec.sizes, fit)
     return {
         "protocol_sha256": protocol_sha256,
         "role": "descriptive only; never used to choose the temperature",
         "nesting": "first m rows of the calibration pool in pool order (ascending split key)",
-        "calibration_predictions_sha256": sha256_file(cal),
-        "audit_predictions_sha256": sha256_file(audit),
-        "temperature_sha256": sha256_file(data_dir / data_name(layout.TEMPERATURE_JSON)),
+        "calibration_predictions_sha256": cal.sha256,
+        "audit_predictions_sha256": audit.sha256,
+        "temperature_sha256": temperature_sha256,
         "calibration_n": len(cy),
         "audit_n": len(ay),
         "t_min": fit.t_min, "t_max": fit.t_max, "steps": fit.steps,

@@ -109,15 +109,16 @@ def _batches(keys: list[str], tokens: np.ndarray, batch_size: int) -> np.ndarray
 def build(out: Path, key: Ed25519PrivateKey, shape: Shape, seed: int = 0) -> Path:
     """A signed bag at `out` whose records follow from seeded random logits of `shape`."""
     from bundle.bag import bagging_date, seal
+    from bundle.statement import restated_predicate
+    from bundle.views.figures import render_figures
     from job.artifacts import Artifacts
     from job.bootstrap import bootstrap_record
     from job.calibration import fit_temperature
-    from job.figures import render_figures
     from job.pipeline import metrics_record, stage, temperature_record, trajectory_record
-    from job.predictions import PoolOutput, predictions_table
+    from job.predictions import PoolOutput, Predictions, predictions_table
     from job.protocol import Protocol
     from job.report import report_markdown
-    from job.rocrate import crate_bytes
+    from job.rocrate import Publication, crate_bytes
     from job.stability import stability_record
 
     rng = np.random.default_rng(seed)
@@ -127,7 +128,7 @@ def build(out: Path, key: Ed25519PrivateKey, shape: Shape, seed: int = 0) -> Pat
     art = Artifacts(data)
     art.write_bytes(layout.PROTOCOL_JSON, raw)
     dataset_sha = _sha256(b"synthetic dataset %d" % seed)
-    art.write_json(layout.RESOURCES_JSON, {
+    resources = {
         "profile": "other", "deviations": ["The logits are synthetic benchmark data, not the pinned model's."],
         "model": {"repo_id": "bench/synthetic", "repo_type": "model", "revision": "local", "source": "local",
                   "files": [{"path": "model.safetensors", "size": 1, "sha256": _sha256(b"m"),
@@ -135,7 +136,8 @@ def build(out: Path, key: Ed25519PrivateKey, shape: Shape, seed: int = 0) -> Pat
         "dataset": {"repo_id": "bench/synthetic", "repo_type": "dataset", "revision": "local", "source": "local",
                     "files": [{"path": "data/validation-00000-of-00001.parquet", "size": 1,
                                "sha256": dataset_sha, "pinned_sha256": dataset_sha, "pin": "none",
-                               "matches_pin": True}]}})
+                               "matches_pin": True}]}}
+    art.write_json(layout.RESOURCES_JSON, resources)
     keyed = sorted((_sha256(f"{protocol.prefix}{i}".encode()), i) for i in range(shape.rows))
     pools: dict[str, list[dict[str, Any]]] = {}
     start = 0
@@ -150,6 +152,7 @@ def build(out: Path, key: Ed25519PrivateKey, shape: Shape, seed: int = 0) -> Pat
     stages = [stage(protocol, "split", art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON),
                     art.pick(layout.POOLS_JSON))]
     fit = None
+    predictions: dict[str, Predictions] = {}
     for name in ("calibration", "audit"):
         entries, n, k = pools[name], shape.pool, shape.classes
         y = rng.integers(0, k, n)
@@ -160,8 +163,9 @@ def build(out: Path, key: Ed25519PrivateKey, shape: Shape, seed: int = 0) -> Pat
         output = PoolOutput(z, tokens, np.zeros(n, dtype=bool),
                             _batches(keys, tokens, protocol.inference.batch_size), tokens)
         path = layout.PREDICTIONS[name]
-        art.write_table(path, predictions_table(np.array([e["idx"] for e in entries]), tuple(keys),
-                                                tuple(e["text_sha256"] for e in entries), y, output))
+        table = predictions_table(np.array([e["idx"] for e in entries]), tuple(keys),
+                                  tuple(e["text_sha256"] for e in entries), y, output)
+        predictions[name] = Predictions.of_table(name, table, art.write_table(path, table))
         if name == "calibration":
             stages.append(stage(protocol, "calibration-inference",
                                 art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON, layout.POOLS_JSON),
@@ -180,15 +184,19 @@ def build(out: Path, key: Ed25519PrivateKey, shape: Shape, seed: int = 0) -> Pat
         del z, output
     assert fit is not None
     del pools
-    art.write_json(layout.METRICS_JSON, metrics_record(protocol, art, fit.beta, temperature))
+    temperature_sha256 = art.digest(layout.TEMPERATURE_JSON)
+    metrics = metrics_record(protocol, predictions, fit.beta, temperature, temperature_sha256)
+    metrics_sha256 = art.write_json(layout.METRICS_JSON, metrics)
     stages.append(stage(protocol, "metrics", art.pick(layout.TEMPERATURE_JSON, *layout.PREDICTIONS.values()),
                         art.pick(layout.METRICS_JSON)))
     assert protocol.bootstrap is not None and protocol.stability is not None
-    art.write_json(layout.BOOTSTRAP_JSON, bootstrap_record(protocol.bootstrap, protocol.sha256, data))
+    cal, audit = predictions["calibration"], predictions["audit"]
+    art.write_json(layout.BOOTSTRAP_JSON, bootstrap_record(protocol.bootstrap, protocol.sha256, audit, fit.beta,
+                                                           temperature_sha256, metrics_sha256))
     art.write_json(layout.STABILITY_JSON, stability_record(protocol.stability, protocol.fit, protocol.sha256,
-                                                           data))
+                                                           cal, audit, temperature_sha256))
     art.write_json(layout.STAGES_JSON, {"protocol_sha256": protocol.sha256, "stages": stages})
-    art.write_json(layout.ENVIRONMENT_JSON, {
+    environment = {
         "python": "3.11", "implementation": "CPython", "platform": "bench", "os": "bench",
         "machine": "x86_64", "cpu_model": None, "logical_cores": 1,
         "packages": {"numpy": np.__version__}, "torch": {"threads": 1},
@@ -196,14 +204,20 @@ def build(out: Path, key: Ed25519PrivateKey, shape: Shape, seed: int = 0) -> Pat
         "timings_s": {s["name"]: 1.0 for s in stages},
         "stage_times": [{"stage": s["name"], "start": f"2024-05-07T00:00:0{i}Z", "end": f"2024-05-07T00:00:0{i + 1}Z"}
                         for i, s in enumerate(stages)],
-        "peak_rss_mb": 1.0})
-    for rel, png in render_figures(data).items():
+        "peak_rss_mb": 1.0}
+    art.write_json(layout.ENVIRONMENT_JSON, environment)
+    for rel, png in render_figures(metrics, audit.logits.astype(np.float64)).items():
         art.write_bytes(f"{layout.DATA_DIR}/{rel}", png)
     art.write_bytes(layout.REPORT_MD, report_markdown(data).encode("utf-8"))
-    art.write_bytes(layout.RO_CRATE_JSON, crate_bytes(data, signer_fingerprint=fingerprint(key),
-                                                      date_published=bagging_date()))
-    seal(out, description="bundle at the format's limits", protocol_sha256=protocol.sha256,
-         profile="other", private_key=key)
+    art.write_bytes(layout.RO_CRATE_JSON, crate_bytes(
+        {layout.data_name(path): facts for path, facts in art.ledger.items()}, protocol=protocol.doc,
+        resources=resources, environment=environment, signer_fingerprint=fingerprint(key),
+        date_published=bagging_date()))
+    predicate = restated_predicate(protocol_sha256=protocol.sha256, resources=resources, temperature=temperature,
+                                   temperature_sha256=temperature_sha256, metrics=metrics,
+                                   publication=Publication().record())
+    seal(out, art.ledger, description="bundle at the format's limits", protocol_sha256=protocol.sha256,
+         profile="other", predicate=predicate, private_key=key)
     return out
 
 

@@ -1,7 +1,7 @@
 """The generated large split the benchmarks run on: random short sentences from a small word list,
 the repository's protocol resized to them, and a resource lock for them with any classifier
-folder. Shared by scripts/bench_sharded.py, tests/job/bench_large.py and the test fixtures
-(tests/factory.py), so that every figure is measured on the same data."""
+folder, and a tiny generated classifier. Shared by scripts/bench_sharded.py, scripts/bench_large.py and
+the test fixtures (tests/factory.py), so that every figure is measured on the same data."""
 
 from __future__ import annotations
 
@@ -64,3 +64,22 @@ def make_lock(path: Path, model_dir: Path, dataset: Path, rows: int, labels: lis
     }
     path.write_text(json.dumps(lock, indent=2))
     return path
+
+
+def make_model(out: Path, num_labels: int = 2, seed: int = 0) -> Path:
+    """A randomly initialised 2-layer DistilBERT classifier with a small word-level vocabulary."""
+    import torch
+    from transformers import DistilBertConfig, DistilBertForSequenceClassification
+
+    out.mkdir(parents=True, exist_ok=True)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "'s", *WORDS]
+    (out / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    (out / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 512, "do_lower_case": True}))
+    torch.manual_seed(seed)
+    config = DistilBertConfig(vocab_size=len(vocab), dim=32, n_layers=2, n_heads=2, hidden_dim=64,
+                              max_position_embeddings=512, num_labels=num_labels, pad_token_id=0)
+    model = DistilBertForSequenceClassification(config)
+    with torch.no_grad():  # make it confident so that calibration has something to fix
+        model.classifier.weight.mul_(40.0)
+    model.save_pretrained(out, safe_serialization=True)
+    return out

@@ -11,29 +11,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from scripts.generated_split import WORDS, make_lock, sha256  # noqa: F401  (shared with the benchmarks)
+from scripts.generated_split import WORDS, make_lock, make_model, sha256  # noqa: F401  (shared with the benchmarks)
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_FIXTURES = REPO.parent / "shared" / "fixtures"
-
-
-def make_model(out: Path, num_labels: int = 2, seed: int = 0) -> Path:
-    """A randomly initialised 2-layer DistilBERT classifier with a small word-level vocabulary."""
-    import torch
-    from transformers import DistilBertConfig, DistilBertForSequenceClassification
-
-    out.mkdir(parents=True, exist_ok=True)
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "'s", *WORDS]
-    (out / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    (out / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 512, "do_lower_case": True}))
-    torch.manual_seed(seed)
-    config = DistilBertConfig(vocab_size=len(vocab), dim=32, n_layers=2, n_heads=2, hidden_dim=64,
-                              max_position_embeddings=512, num_labels=num_labels, pad_token_id=0)
-    model = DistilBertForSequenceClassification(config)
-    with torch.no_grad():  # make it confident so that calibration has something to fix
-        model.classifier.weight.mul_(40.0)
-    model.save_pretrained(out, safe_serialization=True)
-    return out
 
 
 def make_dataset(path: Path, rows: int = 48, num_labels: int = 2, seed: int = 0,

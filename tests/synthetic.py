@@ -26,10 +26,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from bundle.bag import seal
 from bundle.canonical import dumps
 from bundle.keys import fingerprint
 from job.plausibility import run_warnings
+from tests.payload import crate_bytes_of, figures_of, seal_payload
 from verify import numerics
 
 REPO = Path(__file__).resolve().parent.parent
@@ -261,15 +261,14 @@ def write_payload(data: Path, *, sizes: tuple[int, int, int] | None = (8, 40, 40
 def write_derived(data: Path, signer_fingerprint: str | None) -> None:
     """Figures, report.md, then the crate (last), written by the job's own modules."""
     from bundle.bag import bagging_date
-    from job.figures import render_figures
     from job.report import REPORT, report_markdown
-    from job.rocrate import CRATE, crate_bytes
+    from job.rocrate import CRATE
 
-    for rel, png in render_figures(data).items():
+    for rel, png in figures_of(data).items():
         (data / rel).parent.mkdir(parents=True, exist_ok=True)
         (data / rel).write_bytes(png)
     (data / REPORT).write_bytes(report_markdown(data).encode("utf-8"))
-    (data / CRATE).write_bytes(crate_bytes(data, signer_fingerprint=signer_fingerprint,
+    (data / CRATE).write_bytes(crate_bytes_of(data, signer_fingerprint=signer_fingerprint,
                                            date_published=bagging_date()))
 
 
@@ -340,7 +339,7 @@ def _stability(protocol: dict[str, Any], psha: str, digests: dict[str, str],
 def make_bundle(out: Path, key: Ed25519PrivateKey, **kwargs: Any) -> Path:
     """A synthetic, signed bag at `out` sealed by bundle.bag.seal."""
     psha = write_payload(out / "data", signer_fingerprint=fingerprint(key), **kwargs)
-    seal(out, description="synthetic test bundle", protocol_sha256=psha,
+    seal_payload(out, description="synthetic test bundle", protocol_sha256=psha,
          profile=kwargs.get("profile", "other"), private_key=key)
     return out
 

@@ -121,11 +121,6 @@ def scored(terms: tuple[F64, F64, F64], counts: F64) -> dict[str, F64]:
     return {"nll": counts @ nll / n, "brier": counts @ brier / n, "ece": np.abs(counts @ gap).sum(axis=1) / n}
 
 
-def resampled_metrics(z: F64, y: I64, beta: float, counts: F64) -> dict[str, F64]:
-    """nll, brier and ece of every resample (rows of `counts`) at inverse temperature beta."""
-    return scored(row_terms(z, y, beta), counts)
-
-
 def verdict(lower: float, upper: float) -> str:
     if upper < 0:
         return "decrease"

@@ -38,7 +38,7 @@ from bundle.crate_terms import (
 )
 from bundle.crate_terms import VOLATILE as MAY_OMIT_HASH
 from bundle.errors import CanonicalJSONError, CrateError
-from bundle.views.crate import crate_bytes
+from bundle.views.crate import Described, crate_bytes
 from verify import renderer
 from verify.context import Context
 from verify.result import Failed
@@ -310,7 +310,7 @@ def regenerated(ctx: Context) -> str:
     if not isinstance(software, str):
         raise Failed(f"the crate's software {SOFTWARE_ID} states no version.")
     expected = crate_bytes(
-        {p.removeprefix("data/"): tree.files[p] for p in tree.payload()},
+        {p.removeprefix("data/"): Described.of(tree.files[p]) for p in tree.payload()},
         protocol=ctx.doc(layout.PROTOCOL_JSON), resources=ctx.doc(layout.RESOURCES_JSON),
         environment=ctx.doc(layout.ENVIRONMENT_JSON),
         signer_fingerprint=ctx.need(ctx.signer_fingerprint, "signature.statement"),

@@ -24,7 +24,7 @@ import hashlib
 import re
 from collections.abc import Mapping
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
 from bundle import layout
 from bundle.canonical import dumps
@@ -192,13 +192,34 @@ def _publication_entities(publication: Mapping[str, Any]) -> tuple[dict[str, Any
     return props, list(entities.values())
 
 
-def _file_entity(rel: str, data: bytes) -> dict[str, Any]:
+class Described(NamedTuple):
+    """What the crate states of one payload file: its size in bytes and its sha256 (hex)."""
+
+    size: int
+    sha256: str
+
+    @classmethod
+    def of(cls, data: bytes) -> Described:
+        return cls(len(data), hashlib.sha256(data).hexdigest())
+
+
+class FileFacts(Protocol):
+    """A payload file's size and sha256: a Described, or a bundle.ledger.Written."""
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def sha256(self) -> str: ...
+
+
+def _file_entity(rel: str, facts: FileFacts) -> dict[str, Any]:
     entity: dict[str, Any] = {
         "@id": rel, "@type": FILE, "name": rel,
         "encodingFormat": MEDIA_TYPES.get(PurePosixPath(rel).suffix, "application/octet-stream"),
     }
-    entity["contentSize"] = str(len(data))
-    entity["sha256"] = hashlib.sha256(data).hexdigest()
+    entity["contentSize"] = str(facts.size)
+    entity["sha256"] = facts.sha256
     if rel in DESCRIPTIONS:
         entity["description"] = DESCRIPTIONS[rel]
     if (sid := schema_id(rel)) is not None:
@@ -206,25 +227,26 @@ def _file_entity(rel: str, data: bytes) -> dict[str, Any]:
     return entity
 
 
-def described_files(payload: Mapping[str, bytes]) -> list[str]:
+def described_files(payload: Mapping[str, FileFacts]) -> list[str]:
     """The files the crate describes, sorted: every payload file (names inside data/) except the
     crate itself and the files that vary between runs (VOLATILE)."""
     return sorted(rel for rel in payload if rel != DESCRIPTOR and rel not in VOLATILE)
 
 
-def crate_document(payload: Mapping[str, bytes], *, protocol: Mapping[str, Any], resources: Mapping[str, Any],
+def crate_document(payload: Mapping[str, FileFacts], *, protocol: Mapping[str, Any], resources: Mapping[str, Any],
                    environment: Mapping[str, Any], signer_fingerprint: str | None, date_published: str,
                    publication: Mapping[str, Any], software_version: str) -> dict[str, Any]:
     """The crate of a payload.
 
-    payload: name inside data/ -> bytes of every payload file (the crate itself, if present, and
+    payload: name inside data/ -> size and sha256 of every payload file (Described.of(bytes), or
+    the bundle.ledger.Written of the file as written; the crate itself, if present, and
     environment.json are left out of the description); protocol, resources, environment: the
     parsed protocol.json, resources.json and environment.json; date_published: YYYY-MM-DD, the
     Bagging-Date; publication: the signed predicate's shape (`license` URL, `publisher` and
     `authors` as {"name", "id"}, `contact` e-mail or None); software_version: the job's release."""
     credits, credited = _publication_entities(publication)
     files = described_files(payload)
-    protocol_sha256 = hashlib.sha256(payload[data_name(layout.PROTOCOL_JSON)]).hexdigest()
+    protocol_sha256 = payload[data_name(layout.PROTOCOL_JSON)].sha256
 
     graph: list[dict[str, Any]] = [{
         "@id": DESCRIPTOR, "@type": CREATIVE_WORK, "conformsTo": _ref(PROFILE), "about": _ref(ROOT),
@@ -297,7 +319,7 @@ def crate_document(payload: Mapping[str, bytes], *, protocol: Mapping[str, Any],
     return {"@context": CONTEXT, "@graph": graph}
 
 
-def crate_bytes(payload: Mapping[str, bytes], *, protocol: Mapping[str, Any], resources: Mapping[str, Any],
+def crate_bytes(payload: Mapping[str, FileFacts], *, protocol: Mapping[str, Any], resources: Mapping[str, Any],
                 environment: Mapping[str, Any], signer_fingerprint: str | None, date_published: str,
                 publication: Mapping[str, Any], software_version: str) -> bytes:
     """Canonical JSON bytes of crate_document(...): the file ro-crate-metadata.json."""

@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 
 from bundle.archive import archive
-from bundle.bag import seal
 from bundle.errors import BundleError, OutputExistsError
+from tests.payload import seal_payload
 from tests.synthetic import write_payload
 
 
 def _bag(tmp_path: Path, name: str = "run-1") -> Path:
     bag = tmp_path / name
     protocol_sha256 = write_payload(bag / "data", profile="formal")
-    seal(bag, description="archive test", protocol_sha256=protocol_sha256, profile="formal")
+    seal_payload(bag, description="archive test", protocol_sha256=protocol_sha256, profile="formal")
     return bag
 
 

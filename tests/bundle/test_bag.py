@@ -18,8 +18,9 @@ from bundle.canonical import dumps, loads_strict
 from bundle.dsse import Envelope
 from bundle.errors import BundleError
 from bundle.keys import fingerprint
+from bundle.ledger import Ledger
 from bundle.schemas import schema_sha256, validate
-from bundle.statement import predicate_from_payload
+from tests.payload import ledger_of, predicate_from_payload, seal_payload
 from tests.synthetic import REPO, write_payload
 from verify import bag as reader
 from verify import signature
@@ -39,26 +40,16 @@ def read_manifest(bag: Path, name: str) -> dict[str, str]:
     return reader.parse_manifest((bag / name).read_bytes(), name, algorithm)
 
 
-def _tiny(tmp_path: Path) -> tuple[Path, str]:
-    bag = tmp_path / "bag"
-    (bag / "data" / "sub dir").mkdir(parents=True)
-    protocol = (REPO / "provenance.json").read_bytes()
-    (bag / "data" / "protocol.json").write_bytes(protocol)
-    (bag / "data" / "sub dir" / "b.bin").write_bytes(bytes(range(256)) * 10)
-    (bag / "data" / "a.txt").write_text("héllo\n", encoding="utf-8")
-    return bag, hashlib.sha256(protocol).hexdigest()
-
-
-def test_tiny_unsigned_bag_validates_with_bagit(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_unsigned_bag_validates_with_bagit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1715040000")
-    bag, protocol_sha256 = _tiny(tmp_path)
-    seal(bag, description="tiny", protocol_sha256=protocol_sha256, profile="other", complete=False)
+    bag = tmp_path / "bag"
+    protocol_sha256 = write_payload(bag / "data", profile="other")
+    seal_payload(bag, description="tiny", protocol_sha256=protocol_sha256, profile="other")
     parsed = bagit.Bag(str(bag))
     parsed.validate()
+    paths = payload_files(bag)
     assert parsed.info["Bagging-Date"] == "2024-05-07"
-    assert parsed.info["Payload-Oxum"] == f"{2560 + 7 + len(protocol_bytes(bag))}.3"
+    assert parsed.info["Payload-Oxum"] == f"{sum((bag / p).stat().st_size for p in paths)}.{len(paths)}"
     assert not (bag / layout.PROVENANCE).exists() and not (bag / layout.SIGNER_PUB).exists()
     assert (bag / layout.BAGIT_TXT).read_text() == (
         "BagIt-Version: 1.0\nTag-File-Character-Encoding: UTF-8\n"
@@ -71,13 +62,7 @@ def test_tiny_unsigned_bag_validates_with_bagit(
         "Protocol-SHA256",
         "Profile",
     ]
-    manifest = (bag / layout.MANIFEST_SHA256).read_text()
-    assert manifest.splitlines()[0].endswith("  data/a.txt")
-    assert (
-        list(read_manifest(bag, layout.MANIFEST_SHA256))
-        == payload_files(bag)
-        == ["data/a.txt", "data/protocol.json", "data/sub dir/b.bin"]
-    )
+    assert list(read_manifest(bag, layout.MANIFEST_SHA256)) == paths
     assert list(read_manifest(bag, layout.TAGMANIFEST_SHA256)) == [
         "bag-info.txt",
         "bagit.txt",
@@ -93,7 +78,7 @@ def protocol_bytes(bag: Path) -> bytes:
 def _signed(tmp_path: Path) -> Path:
     bag = tmp_path / "signed"
     protocol_sha256 = write_payload(bag / "data", profile="formal")
-    seal(
+    seal_payload(
         bag,
         description="example",
         protocol_sha256=protocol_sha256,
@@ -182,7 +167,7 @@ def _rewrite(bag: Path, rel: str, change: Any) -> None:
             lambda b: _rewrite(b, layout.RESOURCES_JSON, lambda d: d.update(profile="other")),
             "says profile 'other'",
         ),
-        (lambda b: (b / layout.PROTOCOL_JSON).write_bytes(b"{}\n"), "copy the protocol file byte"),
+        (lambda b: (b / layout.PROTOCOL_JSON).write_bytes(protocol_bytes(b) + b"\n"), "copy the protocol file byte"),
         (lambda b: (b / "bagit.txt").write_text("x"), "already holds bagit.txt"),
         (lambda b: (b / "data" / "link").symlink_to(b / layout.POOLS_JSON), "symbolic link"),
         (lambda b: (b / "data" / "bad%name").write_text("x"), "rename the file"),
@@ -192,47 +177,65 @@ def test_seal_refuses_a_bad_payload(tmp_path: Path, setup: Any, message: str) ->
     bag, protocol_sha256 = _payload(tmp_path)
     setup(bag)
     with pytest.raises(BundleError, match=message):
-        seal(
+        seal_payload(
             bag, description="x", protocol_sha256=protocol_sha256, profile="formal", private_key=KEY
         )
     assert not (bag / layout.TAGMANIFEST_SHA256).exists()
 
 
-def test_seal_takes_vouched_digests_only_for_the_bytes_they_name(tmp_path: Path) -> None:
-    """A JSON file whose sha256 the caller vouches for (it validated and wrote those bytes) is not
-    parsed again; a file that no longer hashes to the vouched digest is checked in full."""
+def test_seal_seals_from_the_ledger_and_refuses_what_it_does_not_list(tmp_path: Path) -> None:
+    """The manifests are the ledger's digests; a file written past the ledger, or changed in size
+    after it was written, stops the seal before any tag file exists."""
     bag, protocol_sha256 = _payload(tmp_path)
-    _rewrite(bag, layout.METRICS_JSON, lambda d: d.update(beta="x"))  # canonical, against the schema
-    wrong = hashlib.sha256((bag / layout.METRICS_JSON).read_bytes()).hexdigest()
-    with pytest.raises(BundleError, match="does not follow schema metrics/v1"):
-        seal(bag, description="x", protocol_sha256=protocol_sha256, profile="formal",
-             validated={layout.METRICS_JSON: "0" * 64})
-    seal(bag, description="x", protocol_sha256=protocol_sha256, profile="formal",
-         validated={layout.METRICS_JSON: wrong})
-    assert (bag / layout.TAGMANIFEST_SHA256).is_file()
+    ledger = ledger_of(bag)
+    (bag / "data" / "late.txt").write_text("x")
+    with pytest.raises(BundleError, match=r"not written through it: \['data/late.txt'\]"):
+        seal(bag, ledger, description="x", protocol_sha256=protocol_sha256, profile="formal")
+    (bag / "data" / "late.txt").unlink()
+    with open(bag / layout.METRICS_JSON, "ab") as fh:
+        fh.write(b" ")
+    with pytest.raises(BundleError, match="data/metrics.json changed size after it was written"):
+        seal(bag, ledger, description="x", protocol_sha256=protocol_sha256, profile="formal")
+    assert not (bag / layout.TAGMANIFEST_SHA256).exists()
+    bag, protocol_sha256 = _payload(tmp_path / "again")
+    ledger = ledger_of(bag)
+    seal(bag, ledger, description="x", protocol_sha256=protocol_sha256, profile="formal")
+    assert read_manifest(bag, layout.MANIFEST_SHA256) == {p: w.sha256 for p, w in ledger.items()}
+    assert read_manifest(bag, layout.MANIFEST_SHA512) == {p: w.sha512 for p, w in ledger.items()}
 
 
-def test_seal_checks_resources_profile_even_when_vouched(tmp_path: Path) -> None:
+def test_the_ledger_refuses_a_json_file_against_its_schema_and_a_second_write(tmp_path: Path) -> None:
+    bag, _ = _payload(tmp_path)
+    doc = json.loads((bag / layout.METRICS_JSON).read_bytes())
+    ledger = Ledger(tmp_path / "other")
+    with pytest.raises(BundleError, match=r"does not follow schema metrics/v1 .*\$\.beta"):
+        ledger.write_json(layout.METRICS_JSON, dict(doc, beta="x"))
+    assert not (tmp_path / "other" / layout.METRICS_JSON).exists()
+    written = ledger.write_json(layout.METRICS_JSON, doc)
+    assert written.sha256 == hashlib.sha256((tmp_path / "other" / layout.METRICS_JSON).read_bytes()).hexdigest()
+    with pytest.raises(BundleError, match="already written"):
+        ledger.write_bytes(layout.METRICS_JSON, dumps(doc))
+
+
+def test_a_signed_seal_needs_its_predicate(tmp_path: Path) -> None:
     bag, protocol_sha256 = _payload(tmp_path)
-    _rewrite(bag, layout.RESOURCES_JSON, lambda d: d.update(profile="other"))
-    digest = hashlib.sha256((bag / layout.RESOURCES_JSON).read_bytes()).hexdigest()
-    with pytest.raises(BundleError, match="says profile 'other'"):
-        seal(bag, description="x", protocol_sha256=protocol_sha256, profile="formal",
-             validated={layout.RESOURCES_JSON: digest})
+    with pytest.raises(BundleError, match="needs the predicate"):
+        seal(bag, ledger_of(bag), description="x", protocol_sha256=protocol_sha256, profile="formal",
+             private_key=KEY)
 
 
 def test_seal_refuses_bad_arguments(tmp_path: Path) -> None:
     bag, protocol_sha256 = _payload(tmp_path)
     with pytest.raises(BundleError, match="not one of formal, other"):
-        seal(bag, description="x", protocol_sha256=protocol_sha256, profile="casual")
+        seal_payload(bag, description="x", protocol_sha256=protocol_sha256, profile="casual")
     with pytest.raises(BundleError, match="64 lowercase hex"):
-        seal(bag, description="x", protocol_sha256="abc", profile="formal")
+        seal_payload(bag, description="x", protocol_sha256="abc", profile="formal")
     with pytest.raises(BundleError, match="single line"):
-        seal(bag, description="two\nlines", protocol_sha256=protocol_sha256, profile="formal")
+        seal_payload(bag, description="two\nlines", protocol_sha256=protocol_sha256, profile="formal")
     predicate = predicate_from_payload(bag)
     predicate["profile"] = "other"
     with pytest.raises(BundleError, match="predicate's profile"):
-        seal(
+        seal_payload(
             bag,
             description="x",
             protocol_sha256=protocol_sha256,
@@ -282,10 +285,12 @@ def test_optional_sections_decide_the_payload(tmp_path: Path) -> None:
     bag = tmp_path / "plain"
     protocol_sha256 = write_payload(bag / "data", protocol=raw, profile="formal")
     assert not (bag / layout.BOOTSTRAP_JSON).exists()
-    seal(bag, description="x", protocol_sha256=protocol_sha256, profile="formal", private_key=KEY)
+    seal_payload(bag, description="x", protocol_sha256=protocol_sha256, profile="formal", private_key=KEY)
     bagit.Bag(str(bag)).validate()
     stray = tmp_path / "stray"
     protocol_sha256 = write_payload(stray / "data", protocol=raw, profile="formal")
-    (stray / layout.STABILITY_JSON).write_bytes(b"{}\n")
+    full = tmp_path / "full"
+    write_payload(full / "data", profile="formal")
+    (stray / layout.STABILITY_JSON).write_bytes((full / layout.STABILITY_JSON).read_bytes())
     with pytest.raises(BundleError, match=r"extra: \['data/stability.json'\]"):
-        seal(stray, description="x", protocol_sha256=protocol_sha256, profile="formal")
+        seal_payload(stray, description="x", protocol_sha256=protocol_sha256, profile="formal")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bundle.__main__ import main
-from bundle.bag import seal
+from tests.payload import seal_payload
 from tests.synthetic import write_payload
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +39,8 @@ def test_errors_are_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFi
 
 def test_archive_prints_path_and_sha256(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bag = tmp_path / "run"
-    seal(bag, description="cli", protocol_sha256=write_payload(bag / "data", profile="formal"), profile="formal")
+    protocol_sha256 = write_payload(bag / "data", profile="formal")
+    seal_payload(bag, description="cli", protocol_sha256=protocol_sha256, profile="formal")
     assert main(["archive", str(bag), "--out", str(tmp_path / "r.tgz")]) == 0
     path, digest = capsys.readouterr().out.splitlines()
     assert path == str(tmp_path / "r.tgz")

@@ -101,7 +101,8 @@ def test_cleanup_removes_only_partials_of_dead_processes(tmp_path: Path) -> None
 CHILD = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from bundle import bag, publish
+    from bundle import bag, ledger, publish
+    from tests.payload import seal_payload
     from tests.synthetic import write_payload
     from bundle.keys import load_private_key
 
@@ -113,13 +114,13 @@ CHILD = textwrap.dedent("""
             print("PAUSED", flush=True)
             time.sleep(60)
 
-    real_digests, calls = bag.file_digests, []
-    def slow_digests(path):
-        calls.append(path)
+    real_of, calls = ledger.Written.of, []
+    def slow_of(data):
+        calls.append(data)
         if len(calls) == 3:
             point("digests")
-        return real_digests(path)
-    bag.file_digests = slow_digests
+        return real_of(data)
+    ledger.Written.of = slow_of
 
     real_write = bag._write
     def write(where, name, data):
@@ -138,8 +139,8 @@ CHILD = textwrap.dedent("""
         point("staging")
         protocol_sha256 = write_payload(staging / "data", profile="formal")
         point("payload")
-        bag.seal(staging, description="kill test", protocol_sha256=protocol_sha256,
-                 profile="formal", private_key=key)
+        seal_payload(staging, description="kill test", protocol_sha256=protocol_sha256,
+                     profile="formal", private_key=key)
         point("sealed")
     point("published")
     print("DONE", flush=True)

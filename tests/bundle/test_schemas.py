@@ -24,7 +24,8 @@ from bundle.schemas import (
     schema_sha256,
     validate,
 )
-from bundle.statement import build_statement, predicate_from_payload, schemas_map
+from bundle.statement import build_statement, schemas_map
+from tests.payload import predicate_from_payload
 from tests.synthetic import REPO, write_payload
 
 PROTOCOL_BYTES = (REPO / "provenance.json").read_bytes()

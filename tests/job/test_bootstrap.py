@@ -14,7 +14,6 @@ import pytest
 from bundle.canonical import dumps
 from job.bootstrap import (
     bootstrap_indices,
-    bootstrap_record,
     indices_sha256,
     offset_counts,
     paired_bootstrap,
@@ -24,6 +23,7 @@ from job.metrics import compute_metrics
 from job.protocol import load_protocol
 
 REPO = Path(__file__).resolve().parents[2]
+from tests.payload import bootstrap_from_files
 
 
 def validate(doc: dict, name: str) -> None:
@@ -105,10 +105,10 @@ def test_record_from_the_payload_files(tiny_data: Path, tmp_path: Path):
     shutil.copytree(tiny_data, data)
     protocol = load_protocol(data / "protocol.json")
     assert protocol.bootstrap is not None, "the tiny protocol is a copy of provenance.json"
-    rec = bootstrap_record(protocol.bootstrap, protocol.sha256, data)
+    rec = bootstrap_from_files(protocol.bootstrap, protocol.sha256, data)
     validate(rec, "bootstrap")
     dumps(rec)  # canonical JSON accepts it
-    assert rec == bootstrap_record(protocol.bootstrap, protocol.sha256, data)
+    assert rec == bootstrap_from_files(protocol.bootstrap, protocol.sha256, data)
     spec = protocol.doc["bootstrap"]
     assert rec["resamples"] == spec["resamples"] and rec["seed"] == spec["seed"]
     assert rec["indices_sha256"] == indices_sha256(

@@ -1,4 +1,4 @@
-"""Figures (job/figures.py): deterministic PNG bytes, no metadata, independent of a user's rcParams."""
+"""Figures (bundle/views/figures.py): deterministic PNG bytes, no metadata, independent of a user's rcParams."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from pathlib import Path
 import matplotlib
 import numpy as np
 
-from job.figures import FIGURES, confidence_png, reliability_png, render_figures
+from bundle.views.figures import FIGURES, confidence_png, reliability_png
 from job.metrics import compute_metrics
+from tests.payload import figures_of
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,35 +29,35 @@ def chunks(png: bytes) -> list[bytes]:
 
 
 def test_two_renders_are_byte_identical(tiny_data: Path):
-    a, b = render_figures(tiny_data), render_figures(tiny_data)
+    a, b = figures_of(tiny_data), figures_of(tiny_data)
     assert set(a) == set(FIGURES)
     for path in FIGURES:
         assert a[path] == b[path], path
 
 
 def test_no_metadata_text_or_time_in_the_png(tiny_data: Path):
-    for path, png in render_figures(tiny_data).items():
+    for path, png in figures_of(tiny_data).items():
         kinds = set(chunks(png))
         assert not kinds & {b"tEXt", b"iTXt", b"zTXt", b"tIME"}, (path, kinds)
         assert b"matplotlib" not in png.lower()
 
 
 def test_a_users_rcparams_change_nothing_and_are_restored(tiny_data: Path):
-    reference = render_figures(tiny_data)
+    reference = figures_of(tiny_data)
     with matplotlib.rc_context({"font.size": 23.0, "axes.facecolor": "#ffeeaa", "lines.linewidth": 4}):
-        again = render_figures(tiny_data)
+        again = figures_of(tiny_data)
         assert matplotlib.rcParams["font.size"] == 23.0
     assert again == reference
 
 
 def test_a_fresh_interpreter_renders_the_same_bytes(tiny_data: Path, tmp_path: Path):
-    code = ("import sys; from pathlib import Path; from job.figures import render_figures; "
+    code = ("import sys; from pathlib import Path; from tests.payload import figures_of; "
             "out = Path(sys.argv[2]); "
-            "[(out / p.replace('/', '_')).write_bytes(b) for p, b in render_figures(Path(sys.argv[1])).items()]")
+            "[(out / p.replace('/', '_')).write_bytes(b) for p, b in figures_of(Path(sys.argv[1])).items()]")
     env = {**os.environ, "PYTHONHASHSEED": "123", "MPLBACKEND": "svg"}
     subprocess.run([sys.executable, "-c", code, str(tiny_data), str(tmp_path)], check=True, cwd=REPO,
                    env=env, timeout=120)
-    for path, png in render_figures(tiny_data).items():
+    for path, png in figures_of(tiny_data).items():
         assert (tmp_path / path.replace("/", "_")).read_bytes() == png, path
 
 

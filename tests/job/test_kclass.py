@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 from bundle.views.report import expected_tables
-from job.bootstrap import bootstrap_indices, bootstrap_record
+from job.bootstrap import bootstrap_indices
 from job.metrics import compute_metrics
 from job.predictions import read_logits
 from job.protocol import StabilitySpec, load_protocol
 from job.report import load_docs, report_markdown
-from job.stability import stability_record
 from tests.factory import make_world
+from tests.payload import bootstrap_from_files, stability_from_files
 from verify.report_md import compare, parse_tables
 
 REPO = Path(__file__).resolve().parents[2]
@@ -76,7 +76,7 @@ def test_derived_files_for_k_classes(three_class_bundle: Path, tmp_path: Path):
     z = z32.astype(np.float64)
     assert z.shape[1] == K
 
-    boot = bootstrap_record(protocol.bootstrap, protocol.sha256, data)
+    boot = bootstrap_from_files(protocol.bootstrap, protocol.sha256, data)
     beta = boot["beta"]
     idx = bootstrap_indices(len(y), boot["resamples"], boot["seed"])[:100]
     for metric, d in boot["differences"].items():
@@ -88,7 +88,7 @@ def test_derived_files_for_k_classes(three_class_bundle: Path, tmp_path: Path):
     if (data / "bootstrap.json").exists():
         assert json.loads((data / "bootstrap.json").read_text()) == boot
 
-    stab = stability_record(StabilitySpec(sizes=(6, 12, 24)), protocol.fit, protocol.sha256, data)
+    stab = stability_from_files(StabilitySpec(sizes=(6, 12, 24)), protocol.fit, protocol.sha256, data)
     assert [e["m"] for e in stab["sizes"]] == [6, 12, 24]
     assert stab["sizes"][-1]["temperature"] == json.loads((data / "temperature.json").read_text())["temperature"]
 

@@ -17,11 +17,9 @@ from bundle.canonical import dumps, loads_strict
 from bundle.layout import data_name
 from bundle.views.report import FIGURE_FILES, cell, change, expected_tables
 from bundle.views.report import report_markdown as render
-from job.bootstrap import bootstrap_record
-from job.figures import render_figures
 from job.protocol import StabilitySpec, load_protocol
 from job.report import load_docs, report_markdown
-from job.stability import stability_record
+from tests.payload import bootstrap_from_files, figures_of, stability_from_files
 from verify.report_md import compare, parse_tables
 from verify.result import Failed
 
@@ -47,10 +45,11 @@ def full_data(base_data: Path) -> Path:
     """The copy with bootstrap, stability (sizes that fit the tiny pool) and figures."""
     protocol = load_protocol(base_data / "protocol.json")
     assert protocol.bootstrap is not None
-    (base_data / "bootstrap.json").write_bytes(dumps(bootstrap_record(protocol.bootstrap, protocol.sha256, base_data)))
-    stability = stability_record(StabilitySpec(sizes=(5, 10, 20)), protocol.fit, protocol.sha256, base_data)
+    bootstrap = bootstrap_from_files(protocol.bootstrap, protocol.sha256, base_data)
+    (base_data / "bootstrap.json").write_bytes(dumps(bootstrap))
+    stability = stability_from_files(StabilitySpec(sizes=(5, 10, 20)), protocol.fit, protocol.sha256, base_data)
     (base_data / "stability.json").write_bytes(dumps(stability))
-    for rel, png in render_figures(base_data).items():
+    for rel, png in figures_of(base_data).items():
         (base_data / rel).parent.mkdir(parents=True, exist_ok=True)
         (base_data / rel).write_bytes(png)
     return base_data

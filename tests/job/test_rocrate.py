@@ -17,7 +17,8 @@ import pytest
 from bundle.canonical import dumps, loads_strict
 from job import __version__
 from job.errors import JobError
-from job.rocrate import CRATE, Party, Publication, crate_bytes, crate_metadata, payload_files
+from job.rocrate import CRATE, Party, Publication
+from tests.payload import crate_bytes_of, crate_of, described_files
 
 REPO = Path(__file__).resolve().parents[2]
 OFFLINE = REPO.parent / "shared" / "rocrate-offline"
@@ -38,7 +39,7 @@ def _validator() -> str | None:
 def crate_dir(tiny_data: Path, tmp_path: Path) -> Path:
     data = tmp_path / "data"
     shutil.copytree(tiny_data, data)
-    (data / CRATE).write_bytes(crate_bytes(data, signer_fingerprint=FINGERPRINT, date_published="2024-05-07",
+    (data / CRATE).write_bytes(crate_bytes_of(data, signer_fingerprint=FINGERPRINT, date_published="2024-05-07",
                                            publication=PUBLICATION))
     return data
 
@@ -61,7 +62,7 @@ def test_every_payload_file_but_the_crate_with_its_hash(crate_dir: Path):
     crate = json.loads(raw)
     assert crate["@context"] == "https://w3id.org/ro/crate/1.2/context"
     ent = entities(crate)
-    files = payload_files(crate_dir)
+    files = described_files(crate_dir)
     assert CRATE not in files and "report.md" in files and "figures/reliability-audit.png" in files
     # environment.json varies between runs, in size too: only the bag manifests hash it
     assert "environment.json" not in files and "environment.json" not in ent
@@ -85,7 +86,7 @@ def test_linked_from_the_root(crate_dir: Path):
         i = todo.pop()
         reached.add(i)
         todo += ids(ent[i].get("hasPart", []))
-    assert set(payload_files(crate_dir)) <= reached
+    assert set(described_files(crate_dir)) <= reached
     assert ent[CRATE]["about"] == {"@id": "./"}
     assert root["datePublished"] == "2024-05-07"
 
@@ -101,7 +102,7 @@ def test_the_run_as_a_create_action(crate_dir: Path):
         assert ent[software["identifier"]["@id"]]["value"] == env["git_commit"]
     objects, results = ids(action["object"]), ids(action["result"])
     assert objects == ["protocol.json", "#input-model", "#input-dataset"]
-    assert sorted(results + ["protocol.json"]) == payload_files(crate_dir)
+    assert sorted(results + ["protocol.json"]) == described_files(crate_dir)
     assert "environment.json" not in results
     resources = json.loads((crate_dir / "resources.json").read_text())
     for kind in ("model", "dataset"):
@@ -116,7 +117,7 @@ def test_signer_fingerprint_only_when_signed(crate_dir: Path):
     ent = entities(json.loads((crate_dir / CRATE).read_bytes()))
     assert ent["#signer-key"]["value"] == FINGERPRINT
     assert {"@id": "#signer-key"} in ent["./"]["mentions"]
-    unsigned = crate_metadata(crate_dir, signer_fingerprint=None, date_published="2024-05-07")
+    unsigned = crate_of(crate_dir, signer_fingerprint=None, date_published="2024-05-07")
     assert "#signer-key" not in entities(unsigned)
 
 
@@ -132,7 +133,7 @@ def test_root_states_licence_publisher_contact_and_authors(crate_dir: Path):
 
 
 def test_default_publication_and_local_ids(crate_dir: Path):
-    ent = entities(crate_metadata(crate_dir, signer_fingerprint=FINGERPRINT, date_published="2024-05-07",
+    ent = entities(crate_of(crate_dir, signer_fingerprint=FINGERPRINT, date_published="2024-05-07",
                                   publication=Publication(authors=(Party("Bo"), Party("Cy")))))
     root = ent["./"]
     assert root["license"] == {"@id": "https://spdx.org/licenses/CC-BY-4.0"}
@@ -154,7 +155,7 @@ def test_bad_publication_is_one_sentence(make, says: str):
 
 
 def test_same_files_same_crate_whatever_the_timings(crate_dir: Path):
-    a = crate_bytes(crate_dir, signer_fingerprint=FINGERPRINT, date_published="2024-05-07",
+    a = crate_bytes_of(crate_dir, signer_fingerprint=FINGERPRINT, date_published="2024-05-07",
                     publication=PUBLICATION)
     assert a == (crate_dir / CRATE).read_bytes()
     env = json.loads((crate_dir / "environment.json").read_text())
@@ -162,7 +163,7 @@ def test_same_files_same_crate_whatever_the_timings(crate_dir: Path):
     env["peak_rss_mb"] = env["peak_rss_mb"] + 10.5
     (crate_dir / "environment.json").write_text(json.dumps(env))
     (crate_dir / "environment.json").write_text(json.dumps(env) + " " * 100)  # another size
-    assert crate_bytes(crate_dir, signer_fingerprint=FINGERPRINT, date_published="2024-05-07",
+    assert crate_bytes_of(crate_dir, signer_fingerprint=FINGERPRINT, date_published="2024-05-07",
                        publication=PUBLICATION) == a
 
 
@@ -196,7 +197,7 @@ def test_passes_rocrate_validator(crate_dir: Path, tmp_path: Path, level: str):
 def test_the_validator_run_can_fail(crate_dir: Path, tmp_path: Path):
     """The harness is live: a crate without the root's datePublished is rejected at REQUIRED, and
     one whose publisher has no registry identifier nor contact at RECOMMENDED."""
-    plain = crate_metadata(crate_dir, signer_fingerprint=FINGERPRINT, date_published="2024-05-07")
+    plain = crate_of(crate_dir, signer_fingerprint=FINGERPRINT, date_published="2024-05-07")
     (crate_dir / CRATE).write_text(json.dumps(plain))
     rc, result = _validate(crate_dir, tmp_path, "recommended")
     assert rc != 0 and result["passed"] is False

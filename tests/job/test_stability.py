@@ -15,11 +15,12 @@ from bundle.canonical import dumps
 from job.calibration import fit_temperature, mean_nll
 from job.predictions import read_logits
 from job.protocol import FitSpec, StabilitySpec, load_protocol
-from job.stability import size_curve, stability_record
+from job.stability import size_curve
 
 FIT = FitSpec(t_min=0.05, t_max=20.0, steps=60)
 
 REPO = Path(__file__).resolve().parents[2]
+from tests.payload import stability_from_files
 
 
 def validate(doc: dict, name: str) -> None:
@@ -68,7 +69,7 @@ def test_record_from_the_payload_files(tiny_data: Path):
     n_cal = json.loads((tiny_data / "temperature.json").read_text())["n"]
     doc["stability"]["sizes"] = [5, 10, n_cal, 256]
     before = hashlib.sha256((tiny_data / "temperature.json").read_bytes()).hexdigest()
-    rec = stability_record(StabilitySpec.from_protocol(doc["stability"]), protocol.fit, protocol.sha256, tiny_data)
+    rec = stability_from_files(StabilitySpec.from_protocol(doc["stability"]), protocol.fit, protocol.sha256, tiny_data)
     validate(rec, "stability")
     dumps(rec)
     assert [e["m"] for e in rec["sizes"]] == [5, 10, n_cal] and rec["skipped_sizes"] == [256]
@@ -85,6 +86,6 @@ def test_protocol_sizes_larger_than_the_tiny_pool_are_all_skipped(tiny_data: Pat
     protocol = load_protocol(tiny_data / "protocol.json")
     doc = json.loads(json.dumps(protocol.doc))
     doc["stability"]["sizes"] = load_protocol().doc["stability"]["sizes"]  # the formal 32..256
-    rec = stability_record(StabilitySpec.from_protocol(doc["stability"]), protocol.fit, protocol.sha256, tiny_data)
+    rec = stability_from_files(StabilitySpec.from_protocol(doc["stability"]), protocol.fit, protocol.sha256, tiny_data)
     validate(rec, "stability")
     assert rec["sizes"] == [] and rec["skipped_sizes"] == sorted(doc["stability"]["sizes"])

@@ -20,10 +20,11 @@ import pytest
 from markdown_it.token import Token
 
 from bundle import layout
-from bundle.bag import bagging_date, seal
+from bundle.bag import bagging_date
 from bundle.canonical import loads_strict
 from bundle.keys import fingerprint
 from tests.bundle.test_markdown import MD, gfm_autolinks
+from tests.payload import described_files, figures_of, seal_payload
 from tests.synthetic import REPO, write_payload
 from tests.verify.tamper import Keys, edit_json, reseal, update_stage_hashes, verify_keys  # noqa: F401
 from verify.api import verify_path
@@ -73,10 +74,9 @@ def _publication(strings: dict[str, str]) -> dict[str, Any]:
 def build(bag: Path, key: Any, strings: dict[str, str]) -> Path:
     """A synthetic bundle whose every free-text field holds `strings`, signed by `key`, with its
     views rendered by the job's own modules."""
-    from bundle.views.crate import crate_document
-    from job.figures import render_figures
+    from bundle.views.crate import Described, crate_document
     from job.report import REPORT, report_markdown
-    from job.rocrate import CRATE, payload_files
+    from job.rocrate import CRATE
 
     data = bag / "data"
     psha = write_payload(data, protocol=_protocol(strings), signer_fingerprint=fingerprint(key))
@@ -92,13 +92,13 @@ def build(bag: Path, key: Any, strings: dict[str, str]) -> Path:
     edit_json(bag, layout.RESOURCES_JSON, resources)
     edit_json(bag, layout.ENVIRONMENT_JSON, environment)
     update_stage_hashes(bag)
-    for rel, png in render_figures(data).items():
+    for rel, png in figures_of(data).items():
         (data / rel).write_bytes(png)
     (data / REPORT).write_bytes(report_markdown(data).encode("utf-8"))
     publication = _publication(strings)
     from bundle.canonical import dumps
 
-    payload = {rel: (data / rel).read_bytes() for rel in payload_files(data)}
+    payload = {rel: Described.of((data / rel).read_bytes()) for rel in described_files(data)}
     read = {p: loads_strict((data / layout.data_name(p)).read_bytes())
             for p in (layout.PROTOCOL_JSON, layout.RESOURCES_JSON, layout.ENVIRONMENT_JSON)}
     from job import __version__
@@ -107,7 +107,7 @@ def build(bag: Path, key: Any, strings: dict[str, str]) -> Path:
         payload, protocol=read[layout.PROTOCOL_JSON], resources=read[layout.RESOURCES_JSON],
         environment=read[layout.ENVIRONMENT_JSON], signer_fingerprint=fingerprint(key),
         date_published=bagging_date(), publication=publication, software_version=__version__)))
-    seal(bag, description="synthetic test bundle", protocol_sha256=psha, profile="other",
+    seal_payload(bag, description="synthetic test bundle", protocol_sha256=psha, profile="other",
          private_key=key)
     reseal(bag, key, predicate=lambda p: {**p, "publication": publication}, report=False,
            crate=False)

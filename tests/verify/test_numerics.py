@@ -213,7 +213,7 @@ def test_bootstrap_counts_equal_scoring_the_drawn_rows(seed: int, n: int, beta: 
     """Scoring through draw counts equals scoring each resample's drawn rows, repeats counted."""
     z, y = logits(seed, n, 2, scale=6.0)
     idx = bootstrap.resample_indices(seed, 40, n)
-    fast = bootstrap.resampled_metrics(z, y, beta, bootstrap.draw_counts(idx, n))
+    fast = bootstrap.scored(bootstrap.row_terms(z, y, beta), bootstrap.draw_counts(idx, n))
     for b, row in enumerate(idx):
         slow = numerics.metric_set(z[row], y[row], beta, 0.9)
         for metric in ("nll", "brier", "ece"):

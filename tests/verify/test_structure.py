@@ -37,6 +37,7 @@ ALLOWED_FROM_BUNDLE = {
     ("bundle.views.arithmetic", "suspicious"),
     ("bundle.views.figures", "render_figures"),
     ("bundle.views.crate", "crate_bytes"),
+    ("bundle.views.crate", "Described"),
     ("bundle.views.sweep", "render_sweep_views"),
 }
 """The definitions verify/ shares with the writer: layout names, canonical JSON, the DSSE

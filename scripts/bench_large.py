@@ -1,10 +1,10 @@
 """Peak memory of `python -m job run` on a small and a large split, and the verifier's time on the large bundle.
 
-    python -m tests.job.bench_large [--rows 50000] [--small 872] [--model DIR] [--workdir DIR] [--json OUT.json]
+    python -m scripts.bench_large [--rows 50000] [--small 872] [--model DIR] [--workdir DIR] [--json OUT.json]
 
 It generates a dataset of `--rows` random short sentences (Parquet, 2 labels, fixed seed) and, unless
 `--model` names a DistilBERT-layout classifier folder (e.g. ../shared/fixtures/distilbert-minilm-sst2),
-a tiny generated DistilBERT (tests/factory.py). The small run reads the first `--small` rows of the same
+a tiny generated DistilBERT (scripts/generated_split.py). The small run reads the first `--small` rows of the same
 data with the same model. Both use the repository's protocol with pools explore 256, calibration 256 and
 audit the rest, and its bootstrap and stability sections. Each run is a child process; its peak RSS is
 the kernel's high-water mark (wait4). The verifier runs as `python -m verify` in a child process (wall
@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scripts.generated_split import make_data, make_protocol
+from scripts.generated_split import make_data, make_lock, make_model, make_protocol
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 def child(cmd: list[str], log: Path) -> dict[str, Any]:
     """Run cmd; exit status, wall seconds and the kernel's peak RSS of the child in MB."""
@@ -38,8 +38,6 @@ def child(cmd: list[str], log: Path) -> dict[str, Any]:
 
 
 def job_run(work: Path, name: str, model: Path, data: Path, rows: int) -> dict[str, Any]:
-    from scripts.generated_split import make_lock
-
     protocol = make_protocol(work / f"protocol-{name}.json", rows)
     lock = make_lock(work / f"lock-{name}.json", model, data, rows, ["negative", "positive"])
     out = work / f"bundle-{name}"
@@ -80,8 +78,6 @@ def main() -> int:
         work = args.workdir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         if args.model is None:
-            from tests.factory import make_model
-
             model = make_model(work / "model")
         else:
             model = args.model.resolve()
