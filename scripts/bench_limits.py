@@ -117,9 +117,9 @@ def build(out: Path, key: Ed25519PrivateKey, shape: Shape, seed: int = 0) -> Pat
     from job.pipeline import metrics_record, stage, temperature_record, trajectory_record
     from job.predictions import PoolOutput, Predictions, predictions_table
     from job.protocol import Protocol
-    from job.report import report_markdown
     from job.rocrate import Publication, crate_bytes
     from job.stability import stability_record
+    from scripts.payload_report import report_markdown
 
     rng = np.random.default_rng(seed)
     raw = protocol_bytes(shape)

@@ -261,8 +261,8 @@ def write_payload(data: Path, *, sizes: tuple[int, int, int] | None = (8, 40, 40
 def write_derived(data: Path, signer_fingerprint: str | None) -> None:
     """Figures, report.md, then the crate (last), written by the job's own modules."""
     from bundle.bag import bagging_date
-    from job.report import REPORT, report_markdown
     from job.rocrate import CRATE
+    from scripts.payload_report import REPORT, report_markdown
 
     for rel, png in figures_of(data).items():
         (data / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from bundle import layout
-from verify.result import Failed, InputError
+from verify.result import Failed, InputError, VerifyError
 
 MAX_ENTRIES: Final = 10_000
 """Entries (files and folders) in a bag folder or members in an archive; a bundle holds ~25."""
@@ -64,7 +64,7 @@ SLACK_BYTES: Final = 64 * 1024
 """Headers, footers and fixed fields on top of the per-row sizes."""
 
 
-class ProtocolOutOfBounds(ValueError):
+class ProtocolOutOfBounds(VerifyError):
     """The protocol asks for more than the verifier bounds (rows, classes, steps, resamples)."""
 
 
@@ -82,7 +82,8 @@ class Dimensions:
 def _int(value: Any, what: str, low: int, high: int) -> int:
     if type(value) is not int or not low <= value <= high:
         raise ProtocolOutOfBounds(f"the protocol's {what} is {str(value)[:40]}, the verifier "
-                                  f"accepts {low}..{high:,}")
+                                  f"accepts {low}..{high:,}", field=what, found=str(value)[:40],
+                                  low=low, high=high)
     return value
 
 
@@ -91,7 +92,7 @@ def bounded_dimensions(protocol: Any) -> Dimensions:
     try:
         return dimensions(protocol)
     except ProtocolOutOfBounds as exc:
-        raise Failed(f"not checked: {exc} (see protocol.bounds).") from exc
+        raise Failed(f"not checked: {exc} (see protocol.bounds).", **exc.details) from exc
 
 
 def dimensions(protocol: Any) -> Dimensions:

@@ -18,7 +18,7 @@ from job.bootstrap import bootstrap_indices
 from job.metrics import compute_metrics
 from job.predictions import read_logits
 from job.protocol import StabilitySpec, load_protocol
-from job.report import load_docs, report_markdown
+from scripts.payload_report import load_docs, report_markdown
 from tests.factory import make_world
 from tests.payload import bootstrap_from_files, stability_from_files
 from verify.report_md import compare, parse_tables

@@ -1,4 +1,4 @@
-"""data/report.md (job/report.py): generated from the payload's own files, with machine-checkable
+"""data/report.md (rendered by bundle/views/report.py): generated from the payload's own files, with machine-checkable
 tables that parse back to exactly the JSON values under the documented formatting rule."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from bundle.layout import data_name
 from bundle.views.report import FIGURE_FILES, cell, change, expected_tables
 from bundle.views.report import report_markdown as render
 from job.protocol import StabilitySpec, load_protocol
-from job.report import load_docs, report_markdown
+from scripts.payload_report import load_docs, report_markdown
 from tests.payload import bootstrap_from_files, figures_of, stability_from_files
 from verify.report_md import compare, parse_tables
 from verify.result import Failed

@@ -93,7 +93,7 @@ def reseal(bag: Path, key: Ed25519PrivateKey | None, *,
 
 def refresh_report(bag: Path) -> None:
     """report.md regenerated from the records as they now are (kept when they cannot be read)."""
-    from job.report import report_markdown
+    from scripts.payload_report import report_markdown
 
     with contextlib.suppress(Exception):
         (bag / layout.REPORT_MD).write_bytes(report_markdown(bag / "data").encode("utf-8"))

@@ -1,5 +1,5 @@
 """The verifier's own report-table and crate code (verify/report_md.py, verify/crate.py) agrees
-with the job's writers (job/report.py, job/rocrate.py) on real bundles, and rejects what it must."""
+with the job's writers (bundle/views/report.py, job/rocrate.py) on real bundles, and rejects what it must."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from bundle import layout
 from bundle.canonical import loads_strict
 from bundle.views.report import expected_tables
-from job.report import load_docs
+from scripts.payload_report import load_docs
 from tests.synthetic import tiny_png
 from tests.verify.tamper import Keys, base, synthetic_bag, verify_keys  # noqa: F401
 from verify import crate, figures, report_md

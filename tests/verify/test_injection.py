@@ -75,8 +75,8 @@ def build(bag: Path, key: Any, strings: dict[str, str]) -> Path:
     """A synthetic bundle whose every free-text field holds `strings`, signed by `key`, with its
     views rendered by the job's own modules."""
     from bundle.views.crate import Described, crate_document
-    from job.report import REPORT, report_markdown
     from job.rocrate import CRATE
+    from scripts.payload_report import REPORT, report_markdown
 
     data = bag / "data"
     psha = write_payload(data, protocol=_protocol(strings), signer_fingerprint=fingerprint(key))
@@ -192,7 +192,7 @@ def test_a_report_rendered_with_raw_text_is_refused(bags: dict[str, Path], verif
     import shutil
 
     import bundle.views.report as view
-    from job.report import report_markdown
+    from scripts.payload_report import report_markdown
 
     bag = tmp_path / "bag"
     shutil.copytree(bags["hostile"], bag)

@@ -1,9 +1,6 @@
-"""data/report.md for the payload in a data directory: the job's side of bundle.views.report.
-
-The document is rendered by bundle/views/report.py from the parsed records, the same code the
-verifier renders it with; this module reads the job's own files to render it. Reading a report's
-tables back is the verifier's work (verify/report_md.py), never this module's.
-"""
+"""The report of a payload written file by file (not through the job's stages), rendered as the
+job renders it (bundle.views.report) from the payload's own files: for the tests and the benchmarks
+that build payloads by hand. The job itself renders from the records it holds in memory."""
 
 from __future__ import annotations
 
