@@ -15,7 +15,7 @@ from job.arithmetic import arithmetic_record
 from job.artifacts import Artifacts
 from job.batching import Tokenized
 from job.calibration import TemperatureFit, fit_temperature, softmax
-from job.dataset import Rows, load_rows
+from job.dataset import Rows, Strings, load_rows, take
 from job.engines import Engine, LocalEngine, open_engine
 from job.environment import PeakRss, StageClock, environment_record
 from job.errors import JobError
@@ -94,7 +94,7 @@ def _infer(engine: Engine, rows: Rows, pool: Pool, s: Settings, progress: bool,
 def pool_rows(rows: Rows, pool: Pool) -> tuple[Rows, Pool]:
     """The pool's own rows, in the pool's order, and the pool renumbered to them: all that its
     inference, its predictions table and the forward check read, so the dataset's other rows can go."""
-    return rows.take(pool.positions), Pool(pool.name, tuple(range(len(pool.positions))), pool.keys)
+    return rows.take(pool.positions), Pool(pool.name, tuple(range(len(pool.positions))), Strings(pool.keys))
 
 
 def _release_memory() -> None:
@@ -119,7 +119,7 @@ def check_model_fits(protocol: Protocol, resources: Resources) -> None:
 
 def _table(rows: Rows, pool: Pool, out: PoolOutput) -> Any:
     pos = list(pool.positions)
-    return predictions_table(rows.ids[pos], pool.keys, tuple(rows.text_sha256[p] for p in pos),
+    return predictions_table(rows.ids[pos], pool.keys, take(rows.text_sha256, pos),
                              rows.labels[pos], out)
 
 
@@ -199,6 +199,10 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
                                shard.worker_cpus is not None else threads)
     cal_pred, audit_pred = layout.PREDICTIONS[CAL], layout.PREDICTIONS[AUDIT]
     arrow_pool = use_system_arrow_pool()  # before the first table is read
+    if shard is not None:
+        from job.sharded import driver_allocator
+
+        driver_allocator()  # before the first table is read: the driver's memory stays flat in the split
     with PeakRss() as rss, contextlib.ExitStack() as stack:
         with clock.stage("split"):
             art.write_bytes(layout.PROTOCOL_JSON, protocol.raw)
