@@ -27,6 +27,7 @@ class PoolOutput:
 
 
 def _strings(values: Sequence[str]) -> pa.Array:
+    """An Arrow `string` column of the values; a Strings column as it is, not copied."""
     return values.arrow() if isinstance(values, Strings) else pa.array(list(values), pa.string())
 
 
