@@ -167,10 +167,26 @@ class Tokenized:
         return _batch(ids, types, pad_id)
 
 
+def _key_ranks(keys: Sequence[str]) -> NDArray[np.int64]:
+    """Each key's place in ascending order (equal keys by position): Arrow's stable sort for a
+    Strings column, which orders UTF-8 bytes as Python orders code points, without a str per row."""
+    from job.dataset import Strings
+
+    if isinstance(keys, Strings):
+        import pyarrow.compute as pc
+
+        order = pc.sort_indices(keys.arrow()).to_numpy().astype(np.int64)
+    else:
+        order = np.array(sorted(range(len(keys)), key=keys.__getitem__), dtype=np.int64)
+    ranks = np.empty(len(keys), dtype=np.int64)
+    ranks[order] = np.arange(len(keys), dtype=np.int64)
+    return ranks
+
+
 def batch_plan(lengths: NDArray[np.int64], keys: Sequence[str], batch_size: int) -> list[list[int]]:
     """Rows sorted by token count descending, ties by split key ascending, cut into batches."""
-    order = sorted(range(len(keys)), key=lambda i: (-int(lengths[i]), keys[i]))
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    order = np.lexsort((_key_ranks(keys), -np.asarray(lengths[: len(keys)], dtype=np.int64)))
+    return [order[i : i + batch_size].tolist() for i in range(0, len(order), batch_size)]
 
 
 def padded_batch(flat: NDArray[np.int64], offsets: NDArray[np.int64], lengths: NDArray[np.int64],

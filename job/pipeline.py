@@ -21,7 +21,7 @@ from job.artifacts import Artifacts
 from job.batching import Tokenized
 from job.bootstrap import bootstrap_record
 from job.calibration import TemperatureFit, fit_temperature, softmax
-from job.dataset import Rows, load_rows
+from job.dataset import Rows, Strings, load_rows, take
 from job.engines import Engine, LocalEngine, open_engine
 from job.environment import PeakRss, StageClock, environment_record
 from job.errors import JobError
@@ -31,7 +31,7 @@ from job.labelmap import LabelMap
 from job.metrics import compute_metrics
 from job.plausibility import below_chance, run_warnings, truncation_summary
 from job.predictions import PoolOutput, Predictions, predictions_table
-from job.process import release_free_memory
+from job.process import configure_sharded_driver, release_free_memory
 from job.protocol import AUDIT, Protocol
 from job.protocol import CALIBRATION as CAL
 from job.resources import Resources
@@ -100,7 +100,7 @@ def _infer(engine: Engine, rows: Rows, pool: Pool, s: Settings, progress: bool,
 def pool_rows(rows: Rows, pool: Pool) -> tuple[Rows, Pool]:
     """The pool's own rows, in the pool's order, and the pool renumbered to them: all that its
     inference, its predictions table and the forward check read, so the dataset's other rows can go."""
-    return rows.take(pool.positions), Pool(pool.name, tuple(range(len(pool.positions))), pool.keys)
+    return rows.take(pool.positions), Pool(pool.name, tuple(range(len(pool.positions))), Strings(pool.keys))
 
 
 def load_dataset_rows(protocol: Protocol, resources: Resources) -> Rows:
@@ -116,7 +116,7 @@ def check_model_fits(protocol: Protocol, resources: Resources) -> None:
 
 def _table(rows: Rows, pool: Pool, out: PoolOutput) -> Any:
     pos = list(pool.positions)
-    return predictions_table(rows.ids[pos], pool.keys, tuple(rows.text_sha256[p] for p in pos),
+    return predictions_table(rows.ids[pos], pool.keys, take(rows.text_sha256, pos),
                              rows.labels[pos], out)
 
 
@@ -199,6 +199,8 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
     s = Settings.from_protocol(protocol.inference, shard.worker_cpus if shard is not None and
                                shard.worker_cpus is not None else threads)
     cal_pred, audit_pred = layout.PREDICTIONS[CAL], layout.PREDICTIONS[AUDIT]
+    if shard is not None:
+        configure_sharded_driver()  # before the first table is read: the driver's memory stays flat in the split
     with PeakRss() as rss, contextlib.ExitStack() as stack:
         with clock.stage("split"):
             art.write_bytes(layout.PROTOCOL_JSON, protocol.raw)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
 from job.calibration import softmax
+from job.dataset import Strings
 from verify.predictions import PredictionsFile, logit_matrix
 
 
@@ -25,15 +27,20 @@ class PoolOutput:
     full_token_count: NDArray[np.int64]  # token count before truncation
 
 
-def predictions_table(ids: NDArray[np.int64], keys: tuple[str, ...], text_sha256: tuple[str, ...],
+def _strings(values: Sequence[str]) -> pa.Array:
+    """An Arrow `string` column of the values; a Strings column as it is, not copied."""
+    return values.arrow() if isinstance(values, Strings) else pa.array(list(values), pa.string())
+
+
+def predictions_table(ids: NDArray[np.int64], keys: Sequence[str], text_sha256: Sequence[str],
                       labels: NDArray[np.int64], out: PoolOutput) -> pa.Table:
     """One row per pool member, in pool order; columns as in bundle/FORMAT.md."""
     k = out.logits.shape[1]
     probs = softmax(out.logits.astype(np.float64))
     cols: dict[str, pa.Array] = {
         "idx": pa.array(ids.astype(np.int32), pa.int32()),
-        "split_key": pa.array(list(keys), pa.string()),
-        "text_sha256": pa.array(list(text_sha256), pa.string()),
+        "split_key": _strings(keys),
+        "text_sha256": _strings(text_sha256),
         "label": pa.array(labels.astype(np.int64), pa.int64()),
     }
     for j in range(k):

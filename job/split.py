@@ -21,7 +21,7 @@ def split_key(prefix: str, idx: int) -> str:
 class Pool:
     name: str
     positions: tuple[int, ...]  # row positions in the dataset, ascending split key
-    keys: tuple[str, ...]
+    keys: Sequence[str]  # a tuple, or job.dataset.Strings past the split
 
 
 def make_pools(prefix: str, ids: Sequence[int] | NDArray[np.int64],

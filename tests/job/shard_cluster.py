@@ -11,6 +11,10 @@ Scenarios:
                              SIGKILLed when it does.
   reproduce BUNDLE OUT KEY LOCK  `job reproduce --address` of BUNDLE on the two-node cluster.
   lose-all OUT KEY LOCK      one node; its only worker is SIGKILLed at its first audit batch.
+  mixed OUT KEY LOCK [PROTOCOL]  head (1 CPU) + a second node (1 CPU) started with AVX2_ENV, so
+                             that its raylet and every worker it starts compute as an AVX2-only CPU
+                             would; one 1-CPU worker on each. Records each worker's environment
+                             variables of AVX2_ENV as seen in its process (`worker_env`, by pid).
 Facts go to RESULT.json; the test asserts on them. Every wait is bounded."""
 
 from __future__ import annotations
@@ -24,10 +28,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.job.sweep_cluster import BIN, REPO, _env, _start_head, _start_second_node
+import psutil
+
+from tests.job.sweep_cluster import BIN, REPO, SECOND_NODE_MANAGER_PORT, _env, _start_head, _start_second_node
 
 DEADLINE_S = 300.0
 RECEIPTS_ENV = "CALIBRATION_SHARD_RECEIPTS"
+AVX2_ENV = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
+"""What makes a node of this machine compute as an AVX2-only CPU: ATen's and oneDNN's kernels."""
 
 
 def _receipts(path: Path) -> list[dict[str, Any]]:
@@ -48,6 +56,23 @@ def _two_nodes() -> str:
     return address
 
 
+def _avx2_node(address: str) -> None:
+    """A second node (1 CPU) whose `ray start`, and so its raylet and the workers it starts, has AVX2_ENV."""
+    subprocess.run([str(BIN / "ray"), "start", "--address", address, "--num-cpus", "1", "--node-ip-address",
+                    "127.0.0.1", "--node-manager-port", str(SECOND_NODE_MANAGER_PORT), "--disable-usage-stats"],
+                   check=True, env={**_env(), **AVX2_ENV}, cwd=REPO, timeout=120, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+
+
+def _worker_env(pid: int) -> dict[str, str | None] | None:
+    """AVX2_ENV's variables as the process `pid` has them (None: the process is gone)."""
+    try:
+        env = psutil.Process(pid).environ()
+    except psutil.Error:
+        return None
+    return {name: env.get(name) for name in AVX2_ENV}
+
+
 def _finish(proc: subprocess.Popen[bytes], start: float) -> int:
     return proc.wait(timeout=max(1.0, DEADLINE_S - (time.monotonic() - start)))
 
@@ -64,6 +89,22 @@ def _run_killing(args: list[str], address: str, receipts: Path, log: Path, kill:
         time.sleep(0.05)
     rc = _finish(proc, start)
     return {"rc": rc, "killed": killed, "receipts": _receipts(receipts)}
+
+
+def mixed(result: Path, out: str, key: str, lock: str, protocol: str | None = None) -> dict[str, Any]:
+    address = _start_head(1)
+    _avx2_node(address)
+    receipts, log = result.with_suffix(".receipts"), result.with_suffix(".log")
+    args = ["run", "--out", out, "--signing-key", key, "--resources", lock]
+    start = time.monotonic()
+    proc = _job(args + (["--protocol", protocol] if protocol else []), address, receipts, log)
+    seen: dict[str, dict[str, str | None] | None] = {}
+    while proc.poll() is None and time.monotonic() - start < DEADLINE_S:
+        for pid in {r["pid"] for r in _receipts(receipts)} - {int(p) for p in seen}:
+            seen[str(pid)] = _worker_env(pid)  # read while the worker lives: it ends with the run
+        time.sleep(0.05)
+    rc = _finish(proc, start)
+    return {"rc": rc, "receipts": _receipts(receipts), "worker_env": seen}
 
 
 def run(result: Path, out: str, key: str, lock: str, kill: bool = False, nodes: int = 2) -> dict[str, Any]:
@@ -86,6 +127,8 @@ def main() -> int:
             facts = run(path, *rest)
         elif scenario == "kill-worker":
             facts = run(path, *rest, kill=True)
+        elif scenario == "mixed":
+            facts = mixed(path, *rest)
         elif scenario == "lose-all":
             facts = run(path, *rest, kill=True, nodes=1)
         else:

@@ -227,3 +227,87 @@ def test_a_worker_whose_files_do_not_match_stops_before_any_batch(tiny_world: tu
     error = json.loads(done.stdout.strip().splitlines()[-1])["error"]
     assert error.startswith("A worker could not start: model file ") and "expected 0000" in error
     assert "\n" not in error
+
+
+def _world(request: pytest.FixtureRequest) -> tuple[Path | None, Path]:
+    """(protocol, lock): the stand-in with the repository's protocol where ../shared/fixtures is
+    present, else the generated tiny world."""
+    if SHARED_FIXTURES.is_dir():
+        return None, LOCK
+    protocol, lock = request.getfixturevalue("tiny_world")
+    return protocol, lock
+
+
+def _limited_here() -> bool:
+    """Whether this process already computes as an AVX2-only CPU (or less): then no node differs."""
+    import torch
+
+    return str(torch.backends.cpu.get_cpu_capability()) not in {"AVX512", "AVX512_BF16", "AVX512_VNNI",
+                                                                 "AVX512_AMX", "AVX512_FP16"}
+
+
+def test_a_node_limited_to_avx2_makes_a_mixed_run_whose_reproduction_here_is_judged_batch_by_batch(
+        request: pytest.FixtureRequest, tmp_path: Path, signing_key_dir: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A head as this machine is and a second node started with ONEDNN_MAX_CPU_ISA=AVX2
+    ATEN_CPU_CAPABILITY=avx2, one 1-CPU worker on each (each node has 1 CPU). The run records two
+    CPU kinds and says MIXED; reproduced here, unlimited, the batches this machine's kind ran are
+    bit-identical and the AVX2 worker's are equivalent, not identical: its arithmetic was AVX2's."""
+    from job.arithmetic import arithmetic_record
+    from job.batch_kinds import kind_of
+    from tests.job.shard_cluster import AVX2_ENV
+    from tests.job.test_reproduce_levels import line, verify
+
+    if _limited_here():
+        pytest.skip("this CPU (or this process) computes as AVX2 or less, so an AVX2 node is not another kind")
+    protocol, lock = _world(request)
+    out = tmp_path / "bundle"
+    facts = _scenario("mixed", tmp_path / "mixed.json", str(out), _key(signing_key_dir), str(lock),
+                      *([] if protocol is None else [str(protocol)]))
+    assert facts["rc"] == 0, facts["log"]
+
+    here = kind_of(arithmetic_record())
+    avx2 = here.rsplit(" | ", 1)[0] + " | AVX2"
+    cluster = _cluster(out)
+    ran = [w for w in cluster["workers"] if any(w["batches"].values())]
+    assert len(ran) == 2 and len({w["node_id"] for w in ran}) == 2
+    assert sorted(w["cpu_kind"] for w in ran) == sorted([here, avx2])
+    # Each worker process had its node's environment: the AVX2 one the limits, the other none of them.
+    pid_of = {(r["pool"], r["batch"]): str(r["pid"]) for r in facts["receipts"]}
+    for w in ran:
+        pids = {pid_of[(pool, b)] for pool, bs in w["batches"].items() for b in bs}
+        assert len(pids) == 1
+        seen = facts["worker_env"][pids.pop()]
+        limited = w["cpu"]["isa"] == "AVX2"
+        assert seen == (AVX2_ENV if limited else dict.fromkeys(AVX2_ENV)), (w["cpu_kind"], seen)
+    for pool in ("calibration", "audit"):
+        owned = sorted(b for w in ran for b in w["batches"].get(pool, []))
+        assert owned == _batches(out, pool)
+    assert "MIXED CPU kinds" in (out / "data" / "report.md").read_text()
+    code, shown = verify(out, signing_key_dir / "signing-key.pub.pem", capsys)
+    assert code == 0, shown
+    assert "2 CPU kind(s), MIXED" in line(shown, "cluster.batch-owners")
+
+    att = tmp_path / "here.intoto.json"
+    rc = job_main(["reproduce", str(out), "--out", str(att), "--signing-key", _key(signing_key_dir),
+                   "--resources", str(lock), "--no-progress"])
+    p = _predicate(att)
+    assert rc == 0 and p["verdict"] == "equivalent", p["verdict"]
+    groups = p["batch_kinds"]["groups"]
+    ours = [g for g in groups if g["signed_on"] == here]
+    theirs = [g for g in groups if g["signed_on"] == avx2]
+    assert ours and theirs and len(ours) + len(theirs) == len(groups)
+    assert all(g["rerun_on"] == here for g in groups)
+    for g in ours:
+        assert g["same_kind"] and g["level"] == "bit-identical" and g["identical"] == g["rows"], g
+    for g in theirs:
+        assert not g["same_kind"] and g["level"] in {"bit-identical", "equivalent"}, g
+    # The AVX2 worker's arithmetic was not this machine's: some of its logits differ from the re-run here.
+    assert sum(g["identical"] for g in theirs) < sum(g["rows"] for g in theirs)
+    assert max(g["largest_difference"]["abs"] for g in theirs) > 0
+    code, shown = verify(out, signing_key_dir / "signing-key.pub.pem", capsys, "--reproduction", str(att),
+                         "--trusted-reproducer", str(signing_key_dir / "signing-key.pub.pem"))
+    assert code == 0, shown
+    kinds_line = line(shown, "reproduction.1.batch-kinds")
+    assert "signed on 2 CPU kinds (MIXED)" in kinds_line and "SUSPICIOUS" not in kinds_line
+    assert "signed on 2 CPU kinds (MIXED; each batch judged" in line(shown, "reproduction.1.reproduced")
