@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bundle.digests import sha256_file
+from bundle.publish import write_atomic
 from bundle.userfile import DOCUMENT_BYTES, read_user_file
 from job.errors import JobError, PinMismatch
 from job.hub import Fetch, LfsLookup, hub_fetch, hub_lfs_sha256, offline
@@ -185,9 +186,7 @@ def _read_pins(path: Path) -> dict[str, str]:
 
 def _write_json_atomic(path: Path, doc: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode("utf-8"), replace=True)
 
 
 def resolve_hub(pins: ResourcesSpec, cache: Path, fetch: Fetch = hub_fetch,
