@@ -162,7 +162,7 @@ def caps_from_protocol_bytes(data: bytes | None) -> tuple[dict[str, int], str | 
     try:
         doc = json.loads(data)
         return file_caps(dimensions(doc)), None
-    except (ValueError, RecursionError, MemoryError) as exc:
+    except (ProtocolOutOfBounds, ValueError, RecursionError, MemoryError) as exc:
         return file_caps(None), str(exc)[:200]
 
 
