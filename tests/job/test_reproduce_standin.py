@@ -40,6 +40,7 @@ def in_child(bundle: Path, out: Path, key: Path, env: dict[str, str]) -> subproc
                           check=False)
 
 
+@pytest.mark.slow  # the stand-in under another arithmetic; the tiny world's tests of the same run in make test
 def test_a_standin_bundle_is_bit_identical_here_and_equivalent_under_avx2(
         tmp_path: Path, signing_key_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bundle = tmp_path / "bundle"
@@ -72,6 +73,7 @@ def test_a_standin_bundle_is_bit_identical_here_and_equivalent_under_avx2(
     assert "equivalent on another CPU: every logit within 1e-4 (largest " in out
 
 
+@pytest.mark.slow  # the stand-in under another arithmetic; the tiny world's tests of the same run in make test
 def test_three_edited_margins_are_a_mismatch_under_avx2(tmp_path: Path, signing_key_dir: Path) -> None:
     import job.pipeline
 
