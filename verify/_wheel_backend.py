@@ -22,9 +22,9 @@ ROOT = Path(__file__).resolve().parent.parent
 """The repository checkout this distribution is built from."""
 NAME = "calibration-verify"
 DIST = NAME.replace("-", "_")
-BUNDLE_MODULES = ("__init__", "canonical", "crate_terms", "dsse", "errors", "keys", "layout", "schemas", "userfile",
-                  "views/__init__", "views/arithmetic", "views/crate", "views/figures", "views/markdown",
-                  "views/report", "views/sweep")
+BUNDLE_MODULES = ("__init__", "canonical", "crate_graph", "crate_terms", "dsse", "errors", "keys", "layout",
+                  "schemas", "userfile", "views/__init__", "views/arithmetic", "views/crate", "views/figures",
+                  "views/markdown", "views/report", "views/sweep")
 """The modules of bundle/ that verify/ imports (tests/verify/test_structure.py: definitions and the
 renderers of the views)."""
 REQUIRES = ("cryptography", "jsonschema", "matplotlib", "numpy", "pyarrow", "referencing")

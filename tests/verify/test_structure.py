@@ -135,3 +135,21 @@ def test_every_check_is_a_named_function_with_a_one_line_docstring() -> None:
         assert entry.fn.__name__ != "<lambda>" and entry.fn.__module__.startswith("verify.")
         assert doc.strip() and "\n" not in doc, f"{entry.id}: {entry.fn.__qualname__}"
         assert entry.fn.__module__ != "verify.checks", f"{entry.id} belongs in its domain module"
+
+
+def test_the_verifier_distribution_ships_every_bundle_module_the_verifier_imports() -> None:
+    """`pip install ./verify` packs bundle/'s modules by name (verify/_wheel_backend.py); a module the
+    verifier comes to import, directly or through another, must be in that list, or the installed
+    verifier fails at import (the fresh-venv test shows it, slowly; this shows it at once)."""
+    import subprocess
+    import sys
+
+    from verify._wheel_backend import BUNDLE_MODULES
+
+    code = ("import sys, verify.__main__, verify.api, verify.checks, verify.sweep, verify.reproduction; "
+            "print('\\n'.join(sorted(m for m in sys.modules if m == 'bundle' or m.startswith('bundle.'))))")
+    imported = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout.split()
+    shipped = {"bundle" if m == "__init__" else "bundle." + m.removesuffix("/__init__").replace("/", ".")
+               for m in BUNDLE_MODULES}
+    assert imported and set(imported) <= shipped, sorted(set(imported) - shipped)
