@@ -158,6 +158,10 @@ POINTS = [
     "rename",
     "published",
 ]
+EDGES = ("start", "payload", "sealed", "published")
+"""The kill points make test covers: before anything, mid-payload, sealed but unpublished, and
+after; every other point (a process start each, about 1.3 s) is a slow test."""
+KILL_POINTS = [p if p in EDGES else pytest.param(p, marks=pytest.mark.slow) for p in POINTS]
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +202,7 @@ def _complete_or_absent(out: Path) -> bool:
     return True
 
 
-@pytest.mark.parametrize("point", POINTS)
+@pytest.mark.parametrize("point", KILL_POINTS)
 def test_sigkill_leaves_nothing_incomplete_at_out(
     tmp_path: Path, child_setup: tuple[Path, Path], point: str
 ) -> None:
@@ -214,7 +218,7 @@ def test_sigkill_leaves_nothing_incomplete_at_out(
     assert _partials(tmp_path) == []
 
 
-@pytest.mark.parametrize("point", POINTS)
+@pytest.mark.parametrize("point", KILL_POINTS)
 def test_sigterm_cleans_up(tmp_path: Path, child_setup: tuple[Path, Path], point: str) -> None:
     script, key = child_setup
     out = tmp_path / "run"

@@ -39,7 +39,9 @@ def test_tiny_run_matches_its_goldens(tiny_bundle: Path, golden: Callable[[str, 
     golden("tiny", tiny_bundle)
 
 
-@pytest.mark.parametrize("isa", sorted(LIMITED_ISA))
+# AVX2 (the other common x86-64 kind) in make test; the baseline instruction set in make test-slow.
+@pytest.mark.parametrize("isa", [i if i == "avx2" else pytest.param(i, marks=pytest.mark.slow)
+                                 for i in sorted(LIMITED_ISA)])
 def test_tiny_goldens_hold_under_a_limited_instruction_set(isa: str, tiny_world: tuple[Path, Path],
                                                            tmp_path: Path) -> None:
     protocol, lock = tiny_world

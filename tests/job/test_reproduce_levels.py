@@ -169,7 +169,7 @@ def test_under_avx2_a_bundle_reproduces_and_the_verifier_accepts_it(
     assert "ATen AVX2" in line(out, "reproduction.1.reproduced")  # both kinds of arithmetic named
 
 
-@pytest.mark.parametrize("env", [{}, AVX2], ids=["default-isa", "avx2"])
+@pytest.mark.parametrize("env", [pytest.param({}, marks=pytest.mark.slow), AVX2], ids=["default-isa", "avx2"])
 def test_three_edited_margins_are_a_mismatch_under_any_arithmetic(
         env: dict[str, str], margins_edited: Path, tiny_world: tuple[Path, Path], reproducer: Path,
         signing_key_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
