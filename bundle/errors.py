@@ -18,20 +18,17 @@ CanonicalReason = Literal["key-not-str", "not-finite", "not-json-type", "not-uni
 """Why a document is not the format's JSON (CanonicalJSONError.details["reason"])."""
 
 
-def _rebuild(cls: type[BundleError], message: str, details: dict[str, Detail]) -> BundleError:
-    """Unpickle any subclass without calling its constructor (whose fields may be keyword-only)."""
+def _rebuild(cls: type[DetailedError], message: str, details: dict[str, Detail]) -> DetailedError:
+    """Unpickle any subclass without calling its constructor (whose fields may be keyword-only);
+    a Ray worker's error crosses processes this way."""
     exc = cls.__new__(cls)
-    BundleError.__init__(exc, message, **details)
+    DetailedError.__init__(exc, message, **details)
     return exc
 
 
-class BundleError(Exception):
-    """A problem with a bundle, a key or an output path that the user can act on.
-
-    `str(e)` is one sentence saying what is wrong (expected vs found where it helps) and what to do
-    next; `e.details` holds the same facts as fields. Command-line entry points catch this class
-    only and print the message.
-    """
+class DetailedError(Exception):
+    """What every package's error root is made of (BundleError here, job.errors.JobError,
+    verify.result.VerifyError): a one-sentence message and `details`, its facts as JSON scalars."""
 
     details: Mapping[str, Detail]
 
@@ -41,6 +38,15 @@ class BundleError(Exception):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return _rebuild, (type(self), str(self), dict(self.details))
+
+
+class BundleError(DetailedError):
+    """A problem with a bundle, a key or an output path that the user can act on.
+
+    `str(e)` is one sentence saying what is wrong (expected vs found where it helps) and what to do
+    next; `e.details` holds the same facts as fields. Command-line entry points catch this class
+    only and print the message.
+    """
 
 
 class CanonicalJSONError(BundleError):

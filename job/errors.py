@@ -3,31 +3,11 @@ a one-sentence message, and `details`, the facts of the failure as JSON scalars.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from types import MappingProxyType
-from typing import Any
-
-from bundle.errors import Detail
+from bundle.errors import DetailedError
 
 
-def _rebuild(cls: type[JobError], message: str, details: dict[str, Detail]) -> JobError:
-    """Unpickle any subclass (a Ray worker's error crosses processes) without its constructor."""
-    exc = cls.__new__(cls)
-    JobError.__init__(exc, message, **details)
-    return exc
-
-
-class JobError(Exception):
+class JobError(DetailedError):
     """A problem the user can act on; the message is one sentence: what is wrong and what to do."""
-
-    details: Mapping[str, Detail]
-
-    def __init__(self, message: str, /, **details: Detail) -> None:
-        super().__init__(message)
-        self.details = MappingProxyType(dict(details))
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return _rebuild, (type(self), str(self), dict(self.details))
 
 
 class PinMismatch(JobError):

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final, Literal
 
+from bundle.errors import DetailedError
+
 Status = Literal["pass", "fail", "skip"]
 Scalar = str | int | float | bool | None
 
@@ -45,12 +47,9 @@ class Check:
         return self.status == "pass"
 
 
-class VerifyError(Exception):
-    """The root of the verifier's errors: a one-sentence message and its facts as JSON scalars."""
-
-    def __init__(self, message: str, /, **details: Scalar) -> None:
-        super().__init__(message)
-        self.details: Mapping[str, Scalar] = MappingProxyType(dict(details))
+class VerifyError(DetailedError):
+    """The root of the verifier's errors: a one-sentence message and its facts as JSON scalars
+    (bundle.errors.DetailedError, the shape every package's error root shares)."""
 
 
 class Failed(VerifyError):

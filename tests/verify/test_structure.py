@@ -17,6 +17,7 @@ ALLOWED_FROM_BUNDLE = {
     ("bundle.canonical", "dumps"),
     ("bundle.canonical", "loads_strict"),
     ("bundle.errors", "CanonicalJSONError"),
+    ("bundle.errors", "DetailedError"),
     ("bundle.errors", "EnvelopeError"),
     ("bundle.errors", "SignatureThresholdError"),
     ("bundle.dsse", "Envelope"),
