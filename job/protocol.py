@@ -128,6 +128,23 @@ class InferenceSpec:
                    batch_order=str(section["batch_order"]))
 
 
+MIN_POOL_ROWS = {CALIBRATION: 1, AUDIT: 1}
+"""The fewest rows a pool may hold (any other pool, e.g. explore, may be empty): the temperature is
+fitted on the calibration pool and the evidence is the audit pool, so neither can be empty. One
+rule for `init --pools`, a protocol's split and a sweep's pool_sizes."""
+
+
+def pool_size_problem(name: str, size: int) -> str | None:
+    """None when a pool `name` may hold `size` rows; otherwise what is wrong, as a clause naming the
+    pool and why (the caller says which document and what to change)."""
+    least = MIN_POOL_ROWS.get(name, 0)
+    if size >= least:
+        return None
+    why = {CALIBRATION: "the temperature is fitted on it", AUDIT: "the audit figures are measured on it"}.get(
+        name, "a pool cannot hold fewer than 0 rows")
+    return f"{name} pool has {size} rows, but it needs at least {least} ({why})"
+
+
 @dataclass(frozen=True)
 class SplitSpec:
     """`split`: rows ordered by sha256(prefix + idx), cut into consecutive pools of these sizes."""
@@ -146,6 +163,10 @@ class SplitSpec:
         missing = [name for name in (CALIBRATION, AUDIT) if name not in names]
         if missing:
             raise JobError(f"The protocol's split has no {' or '.join(missing)} pool; add it to split.pools.")
+        for name, size in pools:
+            problem = pool_size_problem(name, size)
+            if problem is not None:
+                raise JobError(f"The protocol's {problem}; change split.pools.")
         smoke = section["smoke"]
         spec = cls(prefix=str(section["prefix"]), pools=pools, smoke_pool=str(smoke["pool"]),
                    smoke_rows=int(smoke["rows"]))

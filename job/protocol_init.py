@@ -31,7 +31,7 @@ from job.dataset import DatasetSpec, read_table
 from job.errors import JobError
 from job.hub import LOCAL_ROUTE, default_cache, failure_reason, hub_fetch, require_reachable
 from job.labelmap import config_labels, match_labels
-from job.protocol import AUDIT, CALIBRATION, DEFAULT_PROTOCOL, load_protocol
+from job.protocol import AUDIT, CALIBRATION, DEFAULT_PROTOCOL, load_protocol, pool_size_problem
 from job.resources import load_lock
 from job.rowcheck import check_rows, require_rows
 
@@ -112,7 +112,11 @@ def require_commit(hub: Hub | None, repo_id: str, repo_type: str, revision: str,
     if COMMIT.match(revision):
         return revision
     if hub is None:
-        raise JobError(f"{flag} {revision!r} is not a commit (40 hex digits); pass the commit it stands for.")
+        # Local files: the revision is the author's statement of where they came from, never checked.
+        raise JobError(f"{flag} {revision!r} is not a commit (40 hex digits); for local files pass the commit "
+                       "of the hub repository they were downloaded from (its history page lists it), or, for files "
+                       "that never were in one, any 40 hex digits you will publish with them, e.g. the first 40 "
+                       "of their `sha256sum` (docs/GUIDE.md, \"Your own classifier\").")
     sha = hub.commit(repo_id, repo_type, revision)
     raise JobError(f"{flag} {revision!r} is a branch or tag, which can move; pin its current commit: "
                    f"{flag} {sha}.")
@@ -134,6 +138,10 @@ def parse_pools(text: str, rows: int) -> list[dict[str, Any]]:
             or not {CALIBRATION, AUDIT} <= set(names) or not set(names) <= {"explore", CALIBRATION, AUDIT}:
         raise JobError(f"--pools {text!r} does not cut the split's {rows} rows into explore, calibration and audit "
                        "pools; give sizes that add up (one pool may be `rest`).")
+    for pool in pools:
+        problem = pool_size_problem(pool["name"], pool["size"])
+        if problem is not None:
+            raise JobError(f"--pools {text!r}: the {problem}; give it more rows.")
     return pools
 
 

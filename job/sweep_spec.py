@@ -17,6 +17,7 @@ from typing import Any
 
 from bundle.canonical import dumps
 from job.errors import JobError
+from job.protocol import pool_size_problem
 from job.user_documents import read_checked
 
 DEFAULT_MAX_RETRIES = 3
@@ -67,6 +68,13 @@ def _label(text: str) -> str:
     return _UNSAFE.sub("-", text).strip("-.") or "x"
 
 
+def _sizes_label(sizes: dict[str, int], order: list[str]) -> str:
+    """A readable label for one choice of pool sizes: each pool's name and size, in cutting order
+    (pools the base protocol lacks last, by name), e.g. explore8-calibration20-audit20."""
+    names = [n for n in order if n in sizes] + sorted(n for n in sizes if n not in order)
+    return _label("-".join(f"{n}{sizes[n]}" for n in names))
+
+
 def absolute_lock(path: Path) -> dict[str, Any]:
     """The lock at `path`, schema-checked, with every local_path made absolute (it is read elsewhere)."""
     _raw, lock = read_checked(path, "resource-lock", "resource lock", "the sweep file's lock")
@@ -84,8 +92,12 @@ def _resource_axis(entries: list[dict[str, Any]] | None, here: Path) -> list[_Ch
             for e in entries]
 
 
-def _repo_pins(section: dict[str, Any]) -> dict[str, Any]:
-    return {"repo_id": section["repo_id"], "revision": section["revision"],
+def _repo_pins(section: dict[str, Any], pinned: dict[str, Any]) -> dict[str, Any]:
+    """The plan's record of one repository: `section`'s files (the lock's, or the protocol's), under
+    the repository and revision it states; a lock that states none (`job lock` without --model and
+    --model-revision) holds the protocol's (`pinned`), as job.resources reads it."""
+    return {"repo_id": section.get("repo_id", pinned["repo_id"]),
+            "revision": section.get("revision", pinned["revision"]),
             "files": [{"path": f["path"], "sha256": f["sha256"]} for f in section["files"]]}
 
 
@@ -105,6 +117,9 @@ def _member_protocol(base: dict[str, Any], model: _Choice, dataset: _Choice, pre
                            f"protocol's pools {names}; give a size for each of them.")
         for pool in doc["split"]["pools"]:
             pool["size"] = int(sizes.value[pool["name"]])
+            problem = pool_size_problem(pool["name"], pool["size"])
+            if problem is not None:
+                raise JobError(f"The sweep's pool sizes {sizes.label}: the {problem}; give it more rows.")
     doc["inference"]["torch_threads"] = threads
     return doc
 
@@ -129,8 +144,8 @@ def expand(raw: bytes, doc: dict[str, Any], here: Path, base: dict[str, Any]) ->
     models = _resource_axis(doc.get("models"), here)
     datasets = _resource_axis(doc.get("datasets"), here)
     prefixes = ([_Choice(_label(p), p) for p in doc["prefixes"]] if "prefixes" in doc else [_Choice(None)])
-    order = [p["name"] for p in base["split"]["pools"]]  # a pool-size label lists sizes in cutting order
-    sizes = ([_Choice("n" + "-".join(str(s[n]) for n in order if n in s), s) for s in doc["pool_sizes"]]
+    order = [p["name"] for p in base["split"]["pools"]]
+    sizes = ([_Choice(_sizes_label(s, order), s) for s in doc["pool_sizes"]]
              if "pool_sizes" in doc else [_Choice(None)])
     count = len(models) * len(datasets) * len(prefixes) * len(sizes)
     if count > MAX_MEMBERS:
@@ -162,7 +177,8 @@ def expand(raw: bytes, doc: dict[str, Any], here: Path, base: dict[str, Any]) ->
                         lock=lock,
                         pins={"num_cpus": threads, "max_retries": retries,
                               "source": "lock" if lock is not None else "hub",
-                              "model": _repo_pins(source["model"]), "dataset": _repo_pins(source["dataset"])}))
+                              "model": _repo_pins(source["model"], protocol_doc["resources"]["model"]),
+                              "dataset": _repo_pins(source["dataset"], protocol_doc["resources"]["dataset"])}))
     return Sweep(raw=raw, sha256=hashlib.sha256(raw).hexdigest(), name=str(doc["name"]), members=tuple(members))
 
 

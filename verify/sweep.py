@@ -177,6 +177,18 @@ def _check_index_plan(root: Path, st: _State) -> str:
     return f"all {len(planned)} planned members listed once"
 
 
+def _members_folder_problem(extra: list[str], unplanned: list[str], missing: list[str]) -> str:
+    """One sentence naming only what is wrong with members/: folders that are not done members (and
+    which of them the plan never named), and done members without a folder."""
+    parts = []
+    if extra:
+        which = f", {len(unplanned)} of them not planned at all ({', '.join(unplanned[:5])})" if unplanned else ""
+        parts.append(f"holds {len(extra)} folder(s) that are not done members ({', '.join(extra[:5])}){which}")
+    if missing:
+        parts.append(f"lacks the bundle of {len(missing)} done member(s) ({', '.join(missing[:5])})")
+    return f"members/ {' and '.join(parts)}."
+
+
 def _check_members_folder(root: Path, st: _State) -> str:
     plan = _need_plan(st)
     done = ({r["name"] for r in st.index["members"] if r["status"] == "done"} if st.index is not None
@@ -188,8 +200,7 @@ def _check_members_folder(root: Path, st: _State) -> str:
     missing = sorted(done - set(present))
     if extra or missing:
         unplanned = [n for n in extra if n not in planned]
-        raise Failed(f"members/ holds {extra[:5]} that are not done members ({unplanned[:5]} not planned at all) "
-                     f"and lacks {missing[:5]}.")
+        raise Failed(_members_folder_problem(extra, unplanned, missing))
     return f"{len(present)} member bundles"
 
 

@@ -24,6 +24,16 @@ VERDICTS = {
 }
 
 
+def verdict_message(outcome: Outcome) -> str:
+    """The verdict's sentence; a verified bundle that needed several trusted keys says how many signed."""
+    message = VERDICTS[outcome.exit_code][1]
+    threshold = outcome.trust.threshold if outcome.trust.key is not None else 1
+    if outcome.exit_code == EXIT_OK and threshold > 1:
+        message = message.replace("signed by the trusted key",
+                                  f"signed by {threshold} distinct trusted keys, as required")
+    return message
+
+
 def _printable(text: str) -> str:
     """Escape control characters so that text from a bundle cannot drive the terminal."""
     return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
@@ -43,7 +53,7 @@ def _trust(outcome: Outcome) -> dict[str, Any]:
 
 def to_json(outcome: Outcome) -> dict[str, Any]:
     counts = {s: sum(c.status == s for c in outcome.checks) for s in ("pass", "fail", "skip")}
-    verdict, message = VERDICTS[outcome.exit_code]
+    verdict, message = VERDICTS[outcome.exit_code][0], verdict_message(outcome)
     return {
         "report_version": REPORT_VERSION,
         "bundle": outcome.bundle,
@@ -99,5 +109,5 @@ def table(outcome: Outcome) -> str:
     if outcome.notes:
         lines += ["", "Unsigned notes (nothing signed says this; never part of the verdict):"]
         lines += [f"  - {_printable(note)}" for note in outcome.notes]
-    lines += ["", summary, VERDICTS[outcome.exit_code][1], f"Assurance: {outcome.assurance}"]
+    lines += ["", summary, verdict_message(outcome), f"Assurance: {outcome.assurance}"]
     return "\n".join(lines) + "\n"

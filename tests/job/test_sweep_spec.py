@@ -29,8 +29,10 @@ def test_members_are_the_cross_product_with_only_the_axes_changed(tiny_world: tu
     path.write_text(json.dumps(doc))
     sweep = load_sweep(path)
     assert [m.name for m in sweep.members] == [
-        "m1-r0-n8-20-20", "m1-r0-n4-24-20", "m1-r1-n8-20-20", "m1-r1-n4-24-20",
-        "m2-r0-n8-20-20", "m2-r0-n4-24-20", "m2-r1-n8-20-20", "m2-r1-n4-24-20"]
+        "m1-r0-explore8-calibration20-audit20", "m1-r0-explore4-calibration24-audit20",
+        "m1-r1-explore8-calibration20-audit20", "m1-r1-explore4-calibration24-audit20",
+        "m2-r0-explore8-calibration20-audit20", "m2-r0-explore4-calibration24-audit20",
+        "m2-r1-explore8-calibration20-audit20", "m2-r1-explore4-calibration24-audit20"]
     base = json.loads(protocol.read_text())
     for m in sweep.members:
         assert m.protocol == dumps(json.loads(m.protocol))  # canonical
@@ -49,6 +51,9 @@ def test_members_are_the_cross_product_with_only_the_axes_changed(tiny_world: tu
 
 @pytest.mark.parametrize(("edit", "message"), [
     (lambda d: d.update(pool_sizes=[{"calibration": 5}]), "do not name exactly"),
+    (lambda d: d.update(pool_sizes=[{"explore": 8, "calibration": 0, "audit": 40}]),
+     r"calibration pool has 0 rows, but it needs at least 1 \(the temperature is fitted on it\)"),
+    (lambda d: d.update(pool_sizes=[{"explore": 8, "calibration": 40, "audit": 0}]), "audit pool has 0 rows"),
     (lambda d: d.update(prefixes=["a:", "a/"]), "both named 'a'"),
     (lambda d: (d.pop("lock"), d.update(models=[{"label": "x", "lock": "LOCK"}, {"label": "y"}])),
      "give every member a lock"),
