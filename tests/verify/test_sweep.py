@@ -147,6 +147,9 @@ def test_tampering_is_rejected(tamper: str, failing: str, sweep_dir: Path, signi
     assert code == 1, out
     assert status[failing] == "FAIL", out
     assert "NOT VERIFIED" in out
+    if failing == "sweep.members-folder":  # names only what is wrong, never an empty list
+        assert "[]" not in out and ("lacks the bundle of 1 done member(s) (b)" in out
+                                    or "not done members (d), 1 of them not planned at all (d)" in out), out
 
 
 def test_a_reported_failure_is_shown_and_the_sweep_does_not_pass(

@@ -237,9 +237,13 @@ def test_cosign_adds_a_signature_and_keeps_the_payload(cosigned: Path, synthetic
 def test_threshold_counts_distinct_trusted_keys(cosigned: Path, verify_keys: Keys) -> None:  # noqa: F811
     real, other = verify_keys.real.public_key(), verify_keys.other.public_key()
     both = Trust(key=real, source="real.pem", more_keys=((other, "other.pem"),), threshold=2)
-    assert verify_path(cosigned, both).exit_code == EXIT_OK
+    outcome_both = verify_path(cosigned, both)
+    assert outcome_both.exit_code == EXIT_OK
+    assert "signed by 2 distinct trusted keys, as required" in verdict_output.table(outcome_both)
+    assert "the trusted key" not in verdict_output.to_json(outcome_both)["message"]
     only_real = verify_path(cosigned, trusted(verify_keys))
     assert only_real.exit_code == EXIT_OK
+    assert verdict_output.to_json(only_real)["message"].endswith("signed by the trusted key.")
     assert f"signed also by keyid {fingerprint(other)}, not trusted" in " ".join(only_real.notes)
     only_other = verify_path(cosigned, Trust(key=other, source="other.pem"))
     assert only_other.exit_code == EXIT_OK
