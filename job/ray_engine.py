@@ -17,9 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
+import shutil
 import socket
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from job.errors import JobError
@@ -32,6 +36,7 @@ CONNECT_TIMEOUT_S = 10.0
 WAIT_S = 5.0
 """How long `completed` waits for a task before it looks at the cluster again."""
 ADDRESS_ENV = "RAY_ADDRESS"
+AUTH_MODE_ENV, AUTH_TOKEN_ENV = "RAY_AUTH_MODE", "RAY_AUTH_TOKEN"
 _LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
 
 
@@ -90,10 +95,65 @@ def require_listening(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> Non
 
 
 @contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """`values` set in os.environ for the block (Ray's child processes inherit them), then restored."""
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
+def _embedded() -> Iterator[Path]:
+    """What the embedded default owns, made for it and removed after: a private temporary folder
+    for Ray's session (logs, sockets, spilled objects), never /tmp/ray, and token authentication
+    with a fresh token held only in the environment of this process and its children (Ray would
+    otherwise write one to ~/.ray/auth_token and print a notice about it). The token keeps another
+    local user from submitting work to the loopback ports."""
+    from ray._raylet import Config
+
+    folder = Path(tempfile.mkdtemp(prefix="calib-ray-"))
+    try:
+        with _environment({AUTH_MODE_ENV: "token", AUTH_TOKEN_ENV: secrets.token_hex(32)}):
+            Config.initialize("")  # Ray reads its settings once; make it read the token mode now
+            yield folder
+    finally:
+        Config.initialize("")
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _no_address_probe(loopback: bool) -> Iterator[None]:
+    """While ray.init runs for a loopback node: Ray replaces a stated 127.0.0.1 with "the local IP",
+    found by connecting a socket towards 8.8.8.8:53 (and printing a warning where that fails).
+    Ray skips that probe, answering 127.0.0.1, when its multi-node switch is off; it is off only
+    for this call, so the node is the loopback address it was given and nothing outside is
+    contacted. Joining a cluster elsewhere is left as Ray does it."""
+    if not loopback:
+        yield
+        return
+    from ray._private import ray_constants
+
+    before = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = before
+
+
+@contextlib.contextmanager
 def ray_session(address: str | None, num_cpus: int | None = None) -> Iterator[str]:
     """Connect to the cluster at `address` (None: RAY_ADDRESS, else the embedded loopback default
     with `num_cpus` CPUs, default all of this machine's) for the duration of the block; yield
-    what was joined, in words. Ray is shut down on the way out, on success or failure alike."""
+    what was joined, in words. Ray is shut down on the way out, on success or failure alike, and
+    the embedded default's session folder is removed."""
     import ray
 
     chosen = cluster_address(address)
@@ -101,16 +161,21 @@ def ray_session(address: str | None, num_cpus: int | None = None) -> Iterator[st
         raise JobError("Ray is already initialised in this process; run the command in a fresh process.")
     if chosen is not None:
         require_listening(chosen)
-    try:
-        ray.init(**init_arguments(chosen, num_cpus))
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        where = f"the Ray cluster at {chosen}" if chosen else "a local Ray instance"
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise JobError(f"Cannot start or join {where} ({first}); check --address or RAY_ADDRESS.") from exc
-    try:
-        yield f"Ray cluster at {chosen}" if chosen else f"local Ray on {LOOPBACK}"
-    finally:
-        ray.shutdown()
+    with contextlib.ExitStack() as owned:
+        arguments = init_arguments(chosen, num_cpus)
+        if chosen is None:
+            arguments["_temp_dir"] = str(owned.enter_context(_embedded()))
+        try:
+            with _no_address_probe(arguments.get("_node_ip_address") == LOOPBACK):
+                ray.init(**arguments)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            where = f"the Ray cluster at {chosen}" if chosen else "a local Ray instance"
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise JobError(f"Cannot start or join {where} ({first}); check --address or RAY_ADDRESS.") from exc
+        try:
+            yield f"Ray cluster at {chosen}" if chosen else f"local Ray on {LOOPBACK}"
+        finally:
+            ray.shutdown()
 
 
 def remote(function: Callable[..., Any], options: TaskOptions) -> Any:

@@ -61,11 +61,17 @@ def _start_second_node(address: str, num_cpus: int) -> None:
          "--node-manager-port", str(SECOND_NODE_MANAGER_PORT), "--disable-usage-stats")
 
 
-def _sweep(args: list[str], address: str | None, log: Path) -> subprocess.Popen[bytes]:
+def _sweep(args: list[str], address: str | None, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "job", "sweep", *args, "--no-progress"]
     if address is not None:
         cmd += ["--address", address]
-    return subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=open(log, "ab"), stderr=subprocess.STDOUT)
+    return subprocess.Popen(cmd, cwd=REPO, env=env or _env(), stdout=open(log, "ab"), stderr=subprocess.STDOUT)
+
+
+def _ray_leftovers() -> list[str]:
+    """Ray session folders in the shared places: /tmp/ray and this test's temporary folders."""
+    tmp = Path(os.environ.get("TMPDIR", "/tmp"))
+    return sorted(str(p) for p in [*Path("/tmp/ray").glob("session_*"), *tmp.glob("calib-ray-*")])
 
 
 def _members_running() -> list[psutil.Process]:
@@ -100,15 +106,19 @@ def _index_statuses(out: Path) -> dict[str, str]:
 
 
 def embedded(args: list[str], out: Path, log: Path) -> dict[str, Any]:
+    """The default as a user meets it: no RAY_AUTH_* set, so the job must set up its own token."""
+    before = _ray_leftovers()
+    env = {k: v for k, v in _env().items() if not k.startswith("RAY_AUTH")}
     start = time.monotonic()
-    proc = _sweep(args, None, log)
+    proc = _sweep(args, None, log, env)
     listening: set[str] = set()
     while proc.poll() is None and time.monotonic() - start < DEADLINE_S:
         ss = subprocess.run(["ss", "-ltnuH"], capture_output=True, text=True, check=False).stdout
         listening |= {line.split()[4].rsplit(":", 1)[0] for line in ss.splitlines() if len(line.split()) > 4}
         time.sleep(0.3)
     rc = _wait(proc, start)
-    return {"rc": rc, "listening": sorted(listening), "statuses": _index_statuses(out)}
+    left = sorted(set(_ray_leftovers()) - set(before))
+    return {"rc": rc, "listening": sorted(listening), "statuses": _index_statuses(out), "left_behind": left}
 
 
 def kill_worker(args: list[str], out: Path, log: Path) -> dict[str, Any]:

@@ -70,6 +70,10 @@ def test_embedded_default_binds_loopback_only_and_records_a_bad_lock_as_failed(
     assert set(facts["listening"]) <= {"127.0.0.1", "[::ffff:127.0.0.1]"}, facts["listening"]
     assert "failed  bad-a:" in facts["log"] and "done    good-a" in facts["log"]
     assert facts["log"].count("Traceback") == 0
+    # quiet: no probe of an outside address, no token notice; and nothing left behind
+    for noise in ("8.8.8.8", "external connectivity", "Token authentication", "auth_token"):
+        assert noise not in facts["log"], facts["log"]
+    assert facts["left_behind"] == [], facts["left_behind"]
     code, out = _verified(tmp_path / "out", signing_key_dir, capsys)
     assert code == 1 and "FAILED  member bad-a" in out and "PASS    member good-a" in out
 
