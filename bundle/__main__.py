@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from bundle import keys
 from bundle.archive import archive
-from bundle.cosign import cosign, verified_before_cosigning
+from bundle.cosign import cosign, refresh_archive, verified_before_cosigning
 from bundle.digests import sha256_file
 from bundle.errors import BundleError
 from bundle.terminal import nonempty_path, tolerant_stdout
@@ -51,7 +51,8 @@ def _parser() -> argparse.ArgumentParser:
         "cosign",
         help="add a signature to a signed bundle",
         description="Add KEY.pem's Ed25519 signature to BUNDLE's DSSE envelope (payload "
-        "untouched) and update its tag manifests; prints the new signer's fingerprint. "
+        "untouched) and update its tag manifests, in place; prints the new signer's fingerprint. "
+        "An archive BUNDLE.tar.gz beside it is written again; one elsewhere is out of date. "
         f"An encrypted key is decrypted with {keys.PASSPHRASE_ENV}.",
     )
     co.add_argument("bundle", type=nonempty_path, metavar="BUNDLE")
@@ -85,6 +86,12 @@ def _main(argv: Sequence[str] | None) -> int:
             verified_before_cosigning(args.bundle, args.trusted_key)
             fp = cosign(args.bundle, key)
             print(f"cosigned {args.bundle} fingerprint {fp}")
+            rewritten = refresh_archive(args.bundle)
+            if rewritten is not None:
+                print(f"archive {rewritten} written again with the new signature, sha256 {sha256_file(rewritten)}")
+            else:
+                print(f"the folder changed in place: an archive made from it before no longer holds this "
+                      f"signature; run `python -m bundle archive {args.bundle}` again")
         else:
             path = archive(args.bundle, args.out)
             print(f"{path}")

@@ -156,3 +156,24 @@ def _replace(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def refresh_archive(bag: Path) -> Path | None:
+    """After a cosign: write the default archive beside the bag (`NAME.tar.gz`, as `bundle archive`
+    names it) again when one is there, since it holds the bag without the new signature; return
+    its path, or None when there is none (an archive elsewhere is the caller's to remake). The
+    new archive is written beside the old one and renamed over it, so no reader sees half of it."""
+    from bundle.archive import archive
+
+    old = Path(os.path.abspath(bag)).with_name(Path(os.path.abspath(bag)).name + ".tar.gz")
+    if not old.is_file() or old.is_symlink():
+        return None
+    fresh = old.with_name(f".{old.name}.cosigned-{os.getpid()}")
+    fresh.unlink(missing_ok=True)
+    try:
+        archive(bag, fresh)
+        os.replace(fresh, old)
+    except BaseException:
+        fresh.unlink(missing_ok=True)
+        raise
+    return old

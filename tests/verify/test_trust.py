@@ -285,9 +285,23 @@ def test_cosign_cli_speaks_one_sentence(cosigned: Path, synthetic_bag: Path,  # 
     from bundle.keys import generate
 
     generate(tmp_path / "k")
+    generate(tmp_path / "k2")
     bag = copy_bag(synthetic_bag, tmp_path / "bag2")
+    assert main(["archive", str(bag)]) == 0
+    before = (tmp_path / "bag2.tar.gz").read_bytes()
     assert main(["cosign", str(bag), "--signing-key", str(tmp_path / "k" / "signing-key.pem")]) == 0
-    assert "fingerprint" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "fingerprint" in out and f"archive {tmp_path / 'bag2.tar.gz'} written again" in out
+    # the archive beside the folder is the cosigned folder's, byte for byte as `bundle archive` writes it
+    assert (tmp_path / "bag2.tar.gz").read_bytes() != before
+    (tmp_path / "bag2.tar.gz").rename(tmp_path / "old.tar.gz")
+    assert main(["archive", str(bag)]) == 0
+    assert (tmp_path / "bag2.tar.gz").read_bytes() == (tmp_path / "old.tar.gz").read_bytes()
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
+    (tmp_path / "bag2.tar.gz").unlink()
+    capsys.readouterr()
+    assert main(["cosign", str(bag), "--signing-key", str(tmp_path / "k2" / "signing-key.pem")]) == 0
+    assert "an archive made from it before no longer holds this signature" in capsys.readouterr().out
     assert main(["cosign", str(bag), "--signing-key", str(tmp_path / "k" / "signing-key.pem")]) == 2
     assert main(["cosign", str(tmp_path / "none"), "--signing-key", str(tmp_path / "x.pem")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
