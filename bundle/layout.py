@@ -187,6 +187,27 @@ SWEEP_PLAN_PREDICATE_TYPE: Final = "https://calibration-runs.example/predicate/s
 SWEEP_INDEX_PREDICATE_TYPE: Final = "https://calibration-runs.example/predicate/sweep-index/v1"
 SWEEP_SUMMARY_METRICS: Final = ("nll", "ece", "brier")
 """The audit metrics an index row summarises, raw and calibrated, with their bootstrap intervals."""
+SWEEP_MAX_MEMBERS: Final = 10_000
+"""A sweep plans at most this many members (the job refuses more before writing anything)."""
+SWEEP_RECORD_SLACK_BYTES: Final = 64 * 1024
+"""The envelope, statement and subjects' fixed part of a plan or index, on top of its members."""
+SWEEP_PLAN_BYTES_PER_MEMBER: Final = 2 * 1024
+"""A plan's bytes per member on average (the envelope, base64 and all): 1.3 KB measured for the
+stand-in's seven files. The job refuses a plan larger than SWEEP_MAX_PLAN_BYTES, so every plan it
+writes is one a verifier reads."""
+SWEEP_MAX_PLAN_BYTES: Final = SWEEP_RECORD_SLACK_BYTES + SWEEP_MAX_MEMBERS * SWEEP_PLAN_BYTES_PER_MEMBER
+"""plan.intoto.json is refused unread beyond this (about 19.6 MiB)."""
+SWEEP_ERROR_CHARS: Final = 2000
+"""A failed member's error in the index: printable ASCII, at most this many characters."""
+SWEEP_INDEX_BYTES_PER_MEMBER: Final = 4 * 1024
+"""An index row at most, enveloped: name (200), statement sha256 or error (SWEEP_ERROR_CHARS), a
+summary of fixed shape (about 700), times 4/3 for base64. index.intoto.json is refused unread
+beyond SWEEP_RECORD_SLACK_BYTES + this times the signed plan's member count."""
+
+
+def sweep_index_max_bytes(members: int) -> int:
+    """The most bytes the index of a plan of `members` members may hold."""
+    return SWEEP_RECORD_SLACK_BYTES + members * SWEEP_INDEX_BYTES_PER_MEMBER
 
 
 def member_protocol_subject(name: str) -> str:

@@ -47,7 +47,10 @@ def _done_line(row: dict[str, Any]) -> str:
 
 
 def _failed_row(member: Member, error: str) -> dict[str, Any]:
-    return {"name": member.name, "status": "failed", "error": " ".join(error.split())[:2000]}
+    """The index row of a failed member: its error on one line, printable ASCII (anything else
+    escaped), cut to the format's length, so that every row fits the index's per-member bound."""
+    text = ascii(" ".join(error.split()))[1:-1]
+    return {"name": member.name, "status": "failed", "error": text[:layout.SWEEP_ERROR_CHARS] or "no reason given"}
 
 
 def _existing(out: Path, member: Member, key: Ed25519PrivateKey) -> dict[str, Any] | None:

@@ -47,6 +47,9 @@ def open_sweep_dir(out: Path, sweep: Sweep, key: Ed25519PrivateKey) -> str:
     """Write the sweep file and the signed plan into `out` (a new or empty directory), or accept
     `out` when it already holds this very plan (a rerun resumes); return the plan's statement sha256."""
     envelope, plan_sha256 = plan_bytes(sweep, key)
+    if len(envelope) > layout.SWEEP_MAX_PLAN_BYTES:
+        raise JobError(f"The sweep's plan would be {len(envelope):,} bytes, more than the "
+                       f"{layout.SWEEP_MAX_PLAN_BYTES:,} a verifier reads; split it into smaller sweeps.")
     sweep_file, plan_file = out / layout.SWEEP_FILE, out / layout.SWEEP_PLAN
     if sweep_file.exists() or plan_file.exists():
         if not sweep_file.is_file() or sweep_file.read_bytes() != sweep.raw:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bundle import layout
 from bundle.canonical import dumps
 from job.errors import JobError
 from job.protocol import pool_size_problem
@@ -22,7 +23,7 @@ from job.user_documents import read_checked
 
 DEFAULT_MAX_RETRIES = 3
 """How often a member whose worker or node died is run again, unless the sweep says otherwise."""
-MAX_MEMBERS = 10_000
+MAX_MEMBERS = layout.SWEEP_MAX_MEMBERS
 """A sweep expands to at most this many members; more is refused before anything is written."""
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")

@@ -42,8 +42,8 @@ SWEEP_CHECKS: Final = (
 )
 """The sweep's checks, in the order they run; verify/README.md ("Sweeps") lists them."""
 
-MAX_RECORD_BYTES: Final = 64 * 1024 * 1024
-"""The plan and the index are read whole; a larger file is refused unread (1,000 members: about 1 MB)."""
+MAX_SWEEP_FILE_BYTES: Final = limits.MAX_FILE_BYTES
+"""sweep.json is only hashed, never parsed here; one larger than any one file may be is refused unread."""
 MAX_PROCESSES: Final = 4
 """Members are verified in at most this many processes, each holding one bundle at a time."""
 
@@ -84,13 +84,19 @@ class _State:
 
 
 def _statement(path: Path, what: str, predicate_type: str, schema: str,
-               keys: list[tuple[Ed25519PublicKey, str]], threshold: int = 1
+               keys: list[tuple[Ed25519PublicKey, str]], threshold: int, cap: int
                ) -> tuple[dict[str, Any], dict[str, str], str]:
     """(predicate, subject name -> sha256, statement sha256) of the signed record at `path`, which
-    at least `threshold` of the distinct trusted `keys` must have signed."""
+    at least `threshold` of the distinct trusted `keys` must have signed. A file over `cap` bytes
+    (the format's bound for it) is refused unread; the statement is parsed only once authenticated."""
     if not path.is_file() or path.is_symlink():
         raise Failed(f"the sweep has no {path.name}; {what} is missing.")
-    env = signature.parse_envelope(limits.read_small_file(path, what, MAX_RECORD_BYTES), path.name)
+    try:
+        data = limits.read_small_file(path, f"the sweep's {what}", cap)
+    except InputError as exc:
+        raise Failed(f"{path.name} is {path.stat().st_size:,} bytes, over the {cap:,} the format allows "
+                     f"for this {what}; it was not read.") from exc
+    env = signature.parse_envelope(data, path.name)
     try:
         env.verify([key for key, _ in keys], threshold)
     except SignatureThresholdError as exc:
@@ -113,7 +119,7 @@ def _statement(path: Path, what: str, predicate_type: str, schema: str,
 
 def _check_plan(root: Path, st: _State, keys: list[tuple[Ed25519PublicKey, str]], threshold: int) -> str:
     predicate, subjects, digest = _statement(root / layout.SWEEP_PLAN, "plan", layout.SWEEP_PLAN_PREDICATE_TYPE,
-                                             "sweep-plan", keys, threshold)
+                                             "sweep-plan", keys, threshold, layout.SWEEP_MAX_PLAN_BYTES)
     names = [m["name"] for m in predicate["members"]]
     if len(set(names)) != len(names):
         raise Failed("the plan names a member twice.")
@@ -136,7 +142,7 @@ def _check_file(root: Path, st: _State) -> str:
     path = root / layout.SWEEP_FILE
     if not path.is_file() or path.is_symlink():
         raise Failed(f"the sweep has no {layout.SWEEP_FILE}.")
-    digest = hashlib.sha256(limits.read_small_file(path, "the sweep file", MAX_RECORD_BYTES)).hexdigest()
+    digest = hashlib.sha256(limits.read_small_file(path, "the sweep file", MAX_SWEEP_FILE_BYTES)).hexdigest()
     if digest != plan["sweep"]["sha256"]:
         raise Failed(f"{layout.SWEEP_FILE} has sha256 {digest[:16]}…, the plan names "
                      f"{plan['sweep']['sha256'][:16]}…; it is not the sweep that was planned.")
@@ -147,8 +153,10 @@ def _check_index(root: Path, st: _State, keys: list[tuple[Ed25519PublicKey, str]
     if not (root / layout.SWEEP_INDEX).exists():
         raise Failed(f"the sweep has no {layout.SWEEP_INDEX}: it has not finished; run the sweep again to "
                      "resume it.")
+    members = len(st.plan["members"]) if st.plan is not None else layout.SWEEP_MAX_MEMBERS
     predicate, subjects, _digest = _statement(root / layout.SWEEP_INDEX, "index",
-                                              layout.SWEEP_INDEX_PREDICATE_TYPE, "sweep-index", keys, threshold)
+                                              layout.SWEEP_INDEX_PREDICATE_TYPE, "sweep-index", keys, threshold,
+                                              layout.sweep_index_max_bytes(members))
     expected = {layout.SWEEP_PLAN + "#payload": predicate["plan_sha256"],
                 **{layout.member_statement_subject(r["name"]): r["statement_sha256"]
                    for r in predicate["members"] if r["status"] == "done"}}
@@ -364,6 +372,39 @@ def _check_complete(root: Path, st: _State) -> str:
     return f"all {len(plan['members'])} planned members done and verified"
 
 
+_SWEEP_SIGNED: Final = frozenset({layout.SWEEP_FILE, layout.SWEEP_PLAN, layout.SWEEP_INDEX, *layout.SWEEP_VIEWS})
+"""What the plan and index cover at a sweep's root (the views by being their rendering)."""
+
+
+def unsigned_files(root: Path, limit: int = limits.MAX_ENTRIES) -> list[str]:
+    """Every path under the sweep's root, outside members/ (the members check owns that folder),
+    that nothing signed covers: an APPROVED.md beside the plan, a stray figure. At most `limit`
+    entries are looked at; more are reported as a count. Never part of the verdict: shown so that
+    no reader takes an unsigned file for part of what was verified."""
+    found: list[str] = []
+    seen = 0
+    stack = [("", root)]
+    while stack:
+        rel, folder = stack.pop()
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            found.append(f"{rel or '.'}/ (cannot be listed)")
+            continue
+        for entry in entries:
+            seen += 1
+            if seen > limit:
+                return sorted(found) + [f"... and more: over {limit:,} entries, not all looked at"]
+            name = f"{rel}{entry.name}"
+            if not rel and entry.name == layout.SWEEP_MEMBERS and entry.is_dir(follow_symlinks=False):
+                continue
+            if entry.is_dir(follow_symlinks=False) and any(v.startswith(f"{name}/") for v in _SWEEP_SIGNED):
+                stack.append((f"{name}/", Path(entry.path)))
+            elif name not in _SWEEP_SIGNED or not entry.is_file(follow_symlinks=False):
+                found.append(name + ("/" if entry.is_dir(follow_symlinks=False) else ""))
+    return sorted(found)
+
+
 def verify_sweep(path: Path, keys: list[tuple[Ed25519PublicKey, str]], processes: int | None = None, *,
                  attestations: tuple[Attestation, ...] = (),
                  reproducers: tuple[Ed25519PublicKey, ...] = (), threshold: int = 1,
@@ -399,7 +440,9 @@ def verify_sweep(path: Path, keys: list[tuple[Ed25519PublicKey, str]], processes
     planned = [m["name"] for m in st.plan["members"]] if st.plan is not None else []
     members = [st.rows.get(n, MemberResult(n, "unknown", False, "not checked")) for n in planned]
     code = EXIT_OK if all(c.ok for c in checks) else EXIT_FAILED
-    return SweepOutcome(str(path), checks, members, time.perf_counter() - start, code)
+    notes = [f"{name}: an unsigned file at the sweep's root; nothing signed covers it"
+             for name in unsigned_files(path)]
+    return SweepOutcome(str(path), checks, members, time.perf_counter() - start, code, notes)
 
 
 def sweep_table(outcome: SweepOutcome) -> str:
@@ -417,6 +460,9 @@ def sweep_table(outcome: SweepOutcome) -> str:
     lines += [f"{s:<6}  {clean(i):<{width}}  {clean(d)}" for s, i, d in rows]
     done = sum(m.verified for m in outcome.members)
     failed = sum(m.status == "failed" for m in outcome.members)
+    if outcome.notes:
+        lines += ["", "Unsigned notes (nothing signed says this; never part of the verdict):"]
+        lines += [f"  - {clean(note)}" for note in outcome.notes]
     counts = (f"{len(outcome.members)} planned: {done} done and verified, {failed} reported failed, "
               f"{len(outcome.members) - done - failed} otherwise not verified; {outcome.seconds:.1f} s")
     lines += ["", counts,

@@ -240,3 +240,57 @@ def test_a_sweep_meets_the_threshold_or_fails(sweep_dir: Path, signing_key_dir: 
     assert verify_main([str(sweep_dir), *keys[:2], "--threshold", "2"]) == 2
     assert "cannot be met by 1 trusted key" in capsys.readouterr().err
     assert verify_main([str(sweep_dir), *keys, "--threshold", "1"]) == 0
+
+
+def test_an_oversized_plan_or_index_is_refused_unread(sweep_dir: Path, signing_key_dir: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Signed by the trusted key, but beyond the format's bound: a failed check, and the statement
+    is never parsed (loads_strict is not called on it)."""
+    import verify.sweep as vs
+
+    d = _copy(sweep_dir, tmp_path)
+    key = signing_key_dir / "signing-key.pem"
+    bound = layout.sweep_index_max_bytes(3)
+
+    def pad(st: dict) -> None:  # type: ignore[type-arg]
+        st["predicate"]["members"][0]["summary"]["padding"] = "x" * bound
+    _resign(d / layout.SWEEP_INDEX, pad, key)
+    assert (d / layout.SWEEP_INDEX).stat().st_size > bound
+    parsed: list[str] = []
+    real = vs.loads_strict
+    monkeypatch.setattr(vs, "loads_strict", lambda data, source="": parsed.append(source) or real(data, source=source))
+    code, status, out = _verify(d, signing_key_dir, capsys)
+    assert code == 1 and status["sweep.index"] == "FAIL", out
+    assert f"over the {bound:,} the format allows for this index; it was not read" in out
+    assert "The index" not in parsed  # the plan's statement was parsed, the index's never
+    with open(d / layout.SWEEP_PLAN, "ab") as fh:  # a plan past the format's limit, sparse on disk
+        fh.truncate(layout.SWEEP_MAX_PLAN_BYTES + 1)
+    code, status, out = _verify(d, signing_key_dir, capsys)
+    assert code == 1 and status["sweep.plan"] == "FAIL" and "it was not read" in out, out
+
+
+def test_unsigned_files_at_the_root_are_listed_never_part_of_the_verdict(
+        sweep_dir: Path, signing_key_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d = _copy(sweep_dir, tmp_path)
+    (d / "APPROVED.md").write_text("Approved by the board.\n")
+    (d / "figures" / "better.png").write_bytes(b"\x89PNG")
+    (d / "extra").mkdir()
+    code, status, out = _verify(d, signing_key_dir, capsys)
+    assert code == 0, out
+    notes = out.split("Unsigned notes", 1)[1]
+    for name in ("APPROVED.md", "figures/better.png", "extra/"):
+        assert f"  - {name}: an unsigned file at the sweep's root" in notes, out
+    assert "sweep.md:" not in notes and "plan.intoto.json:" not in notes
+    code, _status, out = _verify(sweep_dir, signing_key_dir, capsys)
+    assert code == 0 and "Unsigned notes" not in out
+
+
+def test_a_failed_members_error_fits_the_indexs_bound() -> None:
+    from job.sweep import _failed_row
+    from job.sweep_spec import Member
+
+    member = Member("m", b"{}", "0" * 64, None, {})
+    row = _failed_row(member, "é\x01" * 5000 + "\n tail")
+    assert row["error"].isascii() and row["error"].isprintable()
+    assert len(row["error"]) == layout.SWEEP_ERROR_CHARS and row["error"].startswith("\\xe9\\x01")
