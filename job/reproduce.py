@@ -26,7 +26,7 @@ from numpy.typing import NDArray
 from bundle import layout
 from bundle.attestation import attestation_bytes, build_reproduction_statement, write_attestation
 from bundle.keys import fingerprint, load_private_key
-from bundle.views.arithmetic import group_words, short_number, suspicious
+from bundle.views.arithmetic import claim_warning, claimed_kinds, group_words, short_number, suspicious
 from job.arithmetic import arithmetic_record, same_arithmetic, short
 from job.batch_kinds import Side, groups, reproducer_workers
 from job.batching import Tokenized
@@ -383,7 +383,7 @@ def reproduce(options: ReproduceOptions, resolve: Callable[[Protocol], Resources
     statement = build_reproduction_statement(
         bundle.statement_sha256, {layout.PREDICTIONS[n]: bundle.sha256(layout.PREDICTIONS[n]) for n in POOLS}, doc)
     write_attestation(options.out, attestation_bytes(statement, key))
-    print(summary(doc, options.out))
+    print(summary(doc, options.out, signer.get("cluster")))
     return 1 if doc["verdict"] == "mismatch" else 0
 
 
@@ -401,8 +401,9 @@ def _where(doc: dict[str, Any]) -> str:
     return f"on another CPU or code path: signed on {short(signer)}, reproduced on {short(mine)}"
 
 
-def summary(doc: dict[str, Any], out: Path) -> str:
-    """What the re-run found, in words, for the terminal: the level reached, then where."""
+def summary(doc: dict[str, Any], out: Path, signer_cluster: dict[str, Any] | None = None) -> str:
+    """What the re-run found, in words, for the terminal: the level reached, then where; the
+    bundle's worker records (`signer_cluster`) are treated as claims, never removing a warning."""
     rows, worst, tol = doc["rows"], doc["largest_difference"], doc["tolerance"]["abs"]
     mode = doc["mode"] if doc["sample"] is None else f"sample of {doc['sample']['n']}, seed {doc['sample']['seed']}"
     figs = doc["figures"]
@@ -421,7 +422,17 @@ def summary(doc: dict[str, Any], out: Path) -> str:
                 f"(largest {short_number(worst['abs'])}, {worst['ulps']} ulps), predictions unchanged; {fig_words}")
     else:
         head = f"MISMATCH: {'; '.join(mismatch_reasons(doc))}; {fig_words}"
-    return "\n".join([head, _where(doc), *_kind_lines(doc), f"attestation written to {out}"])
+    return "\n".join([head, _where(doc), *_kind_lines(doc), *_claim_lines(doc, signer_cluster),
+                      f"attestation written to {out}"])
+
+
+def _claim_lines(doc: dict[str, Any], signer_cluster: dict[str, Any] | None) -> list[str]:
+    """The warning no worker record can remove (bundle.views.arithmetic.claim_warning), judged from
+    the arithmetic this process measured against the signer's recorded one."""
+    signer, mine = doc["signer_arithmetic"], doc["environment"]["arithmetic"]
+    measured_same = doc["batch_kinds"]["workers"] is None and bool(signer) and same_arithmetic(signer, mine)
+    warning = claim_warning(doc["verdict"], claimed_kinds(signer_cluster), measured_same)
+    return [warning] if warning is not None else []
 
 
 def _kind_lines(doc: dict[str, Any]) -> list[str]:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from bundle import layout
-from bundle.views.arithmetic import group_words, suspicious
+from bundle.views.arithmetic import claim_warning, claimed_kinds, group_words, suspicious
 from verify.context import Context
 from verify.reproduction import SAME_ARITHMETIC
 from verify.result import Failed
@@ -134,8 +134,9 @@ def grouped(ctx: Context, n: str) -> str:
         _check_pool(ctx, p, pool, [g for g in groups if g["pool"] == pool])
     _check_totals(p, groups)
     flagged = [g for g in groups if suspicious(g)]
+    claim = _claim(ctx, p)
     if "verdict" in found:
-        found["verdict"]["suspicious"] = len(flagged)
+        found["verdict"]["suspicious"] = len(flagged) + (claim is not None)
     signed_kinds = {g["signed_on"] for g in groups}
     head = (f"{len(groups)} group(s) by the kind that signed and the kind that re-ran each batch"
             + (f"; the bundle's batches re-run here were signed on {len(signed_kinds)} CPU kinds (MIXED)"
@@ -143,4 +144,15 @@ def grouped(ctx: Context, n: str) -> str:
     if flagged:
         head += (f"; {len(flagged)} group(s) re-run on the kind that signed them are NOT bit-identical "
                  "(suspicious; the verdict stands by every row)")
-    return f"{head}: " + "; ".join(group_words(g) for g in groups)
+    return f"{head}: " + "; ".join(group_words(g) for g in groups) + (f"; {claim}" if claim else "")
+
+
+def _claim(ctx: Context, p: Mapping[str, Any]) -> str | None:
+    """The warning the bundle's worker records cannot remove: judged here from the arithmetic the
+    reproducer measured in its own process against the one the bundle records for its signer
+    (bundle.views.arithmetic.claim_warning), whatever kinds the workers claim."""
+    env = ctx.docs.get(layout.ENVIRONMENT_JSON) or {}
+    signer, mine = env.get("arithmetic"), p["environment"].get("arithmetic")
+    measured_same = (p["batch_kinds"]["workers"] is None and bool(signer) and bool(mine)
+                     and all(signer.get(k) == mine.get(k) for k in SAME_ARITHMETIC))
+    return claim_warning(p["verdict"], claimed_kinds(env.get("cluster")), measured_same)

@@ -1,5 +1,9 @@
 """A sharded run's record (environment.json `cluster`): every batch of the predictions ran on
-exactly one worker, and the audit batches carried the frozen temperature's hash."""
+exactly one worker, and the audit batches carried the frozen temperature's hash.
+
+The workers, their machines and CPU kinds are the signer's word: these checks hold the record to
+its own consistency, never to where the batches really ran, and the reproduction checks never let
+it remove a warning (verify.batch_kinds)."""
 
 from __future__ import annotations
 
@@ -49,7 +53,8 @@ def check_batch_owners(cluster: dict[str, Any], batches: dict[str, set[int]]) ->
     kinds = {w["cpu_kind"] for w in ran}
     total = sum(len(b) for b in batches.values())
     return (f"{total} batches, each on exactly one of {len(ran)} workers on {len({w['node_id'] for w in ran})} "
-            f"machines, {len(kinds)} CPU kind(s){', MIXED' if len(kinds) > 1 else ''}")
+            f"machines, {len(kinds)} CPU kind(s){', MIXED' if len(kinds) > 1 else ''}, as the signer records "
+            "them (a claim: nothing checks which machine ran a batch)")
 
 
 def batch_owners(ctx: Context) -> str:

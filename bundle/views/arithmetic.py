@@ -38,6 +38,28 @@ def suspicious(group: Mapping[str, Any]) -> bool:
     return bool(group["same_kind"]) and group["level"] != "bit-identical"
 
 
+def claimed_kinds(cluster: Mapping[str, Any] | None) -> list[str]:
+    """The CPU kinds a bundle's `cluster` record (environment.json) says ran its batches, sorted;
+    [] for a run in one process. They are the signer's word: nothing can check where a batch ran."""
+    if not cluster:
+        return []
+    return sorted({str(w["cpu_kind"]) for w in cluster["workers"] if any(w["batches"].values())})
+
+
+def claim_warning(level: str, claimed: list[str], measured_same: bool) -> str | None:
+    """The warning a worker record cannot remove: the reproducer re-ran in its own process with the
+    arithmetic it measured equal to the arithmetic the bundle records for its signer, and the logits
+    are not bit-identical. Only the bundle's worker records (`claimed`, the signer's word) say the
+    batches ran on some other kind; without them the same-kind groups would flag it. None when there
+    is nothing to warn of: bit-identical, no worker records, or another arithmetic measured."""
+    if level == "bit-identical" or not claimed or not measured_same:
+        return None
+    kinds = ", ".join(_short_kind(k) for k in claimed)
+    return ("SUSPICIOUS: not bit-identical, though the reproducer measured the arithmetic the bundle records "
+            f"for its signer; only the bundle's worker records, the signer's word that nothing checks, say "
+            f"its batches ran on {kinds}")
+
+
 def _short_kind(kind: str) -> str:
     """"AuthenticAMD | AMD EPYC 9B14 | AVX512" -> "AMD EPYC 9B14 AVX512" (vendor id left out)."""
     parts = [p.strip() for p in kind.split("|")]

@@ -54,10 +54,10 @@ def _batches(bag: Path, pool: str) -> NDArray[np.int64]:
                       dtype=np.int64)
 
 
-def mixed(src: Path, dst: Path, key_dir: Path, here: dict[str, list[int]]) -> Path:
+def mixed(src: Path, dst: Path, key_dir: Path, here: dict[str, list[int]], other: dict[str, str] = XEON) -> Path:
     """A copy of `src` whose environment.json says the batches in `here` (pool -> batches) ran on a
-    worker of this machine's kind and every other batch on an Intel Xeon worker; re-sealed and
-    signed with the signer's key."""
+    worker of this machine's kind and every other batch on a worker of kind `other` (an Intel Xeon);
+    re-sealed and signed with the signer's key."""
     shutil.copytree(src, dst)
     env_path = dst / layout.ENVIRONMENT_JSON
     env = json.loads(env_path.read_text())
@@ -67,10 +67,11 @@ def mixed(src: Path, dst: Path, key_dir: Path, here: dict[str, list[int]]) -> Pa
                 "cpu_kind": _kind(cpu), "threads": 1, "died": False, "batches": batches}
 
     pools = {p: sorted({int(b) for b in _batches(src, p)}) for p in layout.REPRODUCTION_POOLS}
+    other_cpu = other
     mine = {p: [b for b in pools[p] if b in here.get(p, [])] for p in pools}
     other = {p: [b for b in pools[p] if b not in here.get(p, [])] for p in pools}
     temperature = hashlib.sha256((src / layout.TEMPERATURE_JSON).read_bytes()).hexdigest()
-    env["cluster"] = {"engine": "ray", "workers": [worker(0, _here(), mine), worker(1, XEON, other)],
+    env["cluster"] = {"engine": "ray", "workers": [worker(0, _here(), mine), worker(1, other_cpu, other)],
                       "audit_temperature_sha256": temperature}
     env_path.write_bytes(dumps(env))
     reseal(dst, load_private_key(key_dir / "signing-key.pem"))
@@ -267,3 +268,53 @@ def test_a_sharded_reproduction_records_its_workers_by_recorded_batch(
     code, out = verify(mixed_bundle, signing_key_dir / "signing-key.pub.pem", capsys, "--reproduction", str(att),
                        "--trusted-reproducer", str(reproducer / "signing-key.pub.pem"))
     assert code == 0, out
+
+
+NUDGE = 9.9e-5  # below the protocol's tolerance (1e-4): "equivalent" on its own
+
+
+@pytest.fixture(scope="module")
+def nudged(tiny_world: tuple[Path, Path], signing_key_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A single-process run whose signer nudged three audit logits by 9.9e-5 after inference."""
+    def edit(real: Any) -> Any:
+        calls: list[int] = []
+
+        def edited(*args: Any, **kwargs: Any) -> PoolOutput:
+            out = real(*args, **kwargs)
+            calls.append(1)
+            if len(calls) != 2:
+                return out
+            logits = out.logits.copy()
+            logits[:3, 0] += np.float32(NUDGE)
+            return PoolOutput(logits, out.token_count, out.truncated, out.batch, out.full_token_count)
+        return edited
+
+    return _run_edited(tiny_world, signing_key_dir, tmp_path_factory.mktemp("nudged") / "run", "pool_output", edit)
+
+
+def test_an_invented_worker_record_never_removes_the_same_kind_warning(
+        nudged: Path, tiny_world: tuple[Path, Path], reproducer: Path, signing_key_dir: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The signer adds a `cluster` record to its single-process run: one worker of another kind
+    "ran every batch". The reproducer here measures the signer's recorded arithmetic, so the nudge
+    is still SUSPICIOUS, in the job's words and the verifier's, and the assurance is not clean."""
+    amd = {"vendor": "AuthenticAMD", "model": "AMD EPYC 9B14 96-Core Processor", "isa": "AVX512"}
+    elsewhere = amd if _kind(amd) != _kind(_here()) else XEON
+    pub, rep = signing_key_dir / "signing-key.pub.pem", reproducer / "signing-key.pub.pem"
+    for name, bag in (("plain", nudged), ("claimed", mixed(nudged, tmp_path / "claimed", signing_key_dir, {},
+                                                          elsewhere))):
+        att = tmp_path / f"{name}.json"
+        capsys.readouterr()
+        assert reproduce(bag, att, reproducer, tiny_world[1]) == 0
+        said = capsys.readouterr().out
+        assert said.startswith("equivalent:") and "SUSPICIOUS: not bit-identical" in said, said
+        assert predicate(att)["verdict"] == "equivalent"
+        code, out = verify(bag, pub, capsys, "--reproduction", str(att), "--trusted-reproducer", str(rep))
+        assert code == 0, out
+        assert "SUSPICIOUS: not bit-identical" in line(out, "reproduction.1.batch-kinds"), out
+        assurance = line(out, "Assurance:")
+        assert "NOT bit-identical" in assurance, assurance
+        if name == "claimed":
+            assert "only the bundle's worker records, the signer's word" in said
+            assert "the signer's word that nothing checks" in line(out, "reproduction.1.batch-kinds")
+            assert "a claim: nothing checks which machine ran a batch" in line(out, "cluster.batch-owners")
