@@ -25,6 +25,7 @@ from bundle.attestation import write_attestation
 from bundle.dsse import Envelope
 from bundle.errors import BundleError, EnvelopeError
 from bundle.keys import load_private_key
+from bundle.views.arithmetic import short_number
 from job.errors import JobError
 from job.sweep_spec import absolute_lock
 
@@ -141,6 +142,7 @@ def reproduce_sweep(options: SweepReproduceOptions) -> int:
     pins = {m["name"]: m["resources"] for m in plan["predicate"]["members"]}
     options.out.mkdir(parents=True)
     failed = 0
+    levels: dict[str, int] = {}
     with ray_session(options.address, options.num_cpus) as where, tempfile.TemporaryDirectory() as tmp:
         print(f"reproducing {len(names)} of {len(done)} done members on {where}", flush=True)
         refs: dict[Any, str] = {}
@@ -158,8 +160,24 @@ def reproduce_sweep(options: SweepReproduceOptions) -> int:
             if outcome.attestation is not None:
                 write_attestation(options.out / f"{name}{ATTESTATION_SUFFIX}", outcome.attestation)
             failed += not outcome.reproduced
-            verdict = ("reproduced" if outcome.reproduced else
-                       "MISMATCH" if outcome.attestation is not None else f"failed: {outcome.error}")
-            print(f"{verdict:<10}  {name}", flush=True)
-    print(f"{len(names) - failed} of {len(names)} members reproduced; attestations in {options.out}")
+            level, words = member_verdict(outcome)
+            levels[level] = levels.get(level, 0) + 1
+            print(f"{level:<13}  {name}{words}", flush=True)
+    counts = ", ".join(f"{levels[k]} {k}" for k in ("bit-identical", "equivalent", "MISMATCH", "failed") if k in levels)
+    print(f"{len(names) - failed} of {len(names)} members reproduced ({counts}); attestations in {options.out}")
     return 1 if failed else 0
+
+
+def member_verdict(outcome: ReproduceOutcome) -> tuple[str, str]:
+    """(level, words) for one member's line: the verdict its attestation signs (bit-identical,
+    equivalent with its largest difference, MISMATCH), or `failed` with the reason no attestation
+    was written."""
+    if outcome.attestation is None:
+        return "failed", f": {outcome.error}"
+    predicate = json.loads(Envelope.from_json(outcome.attestation, "the attestation").payload)["predicate"]
+    verdict = str(predicate["verdict"])
+    if verdict == "equivalent":
+        worst = predicate["largest_difference"]
+        return verdict, (f"  (every logit within {short_number(predicate['tolerance']['abs'])}, largest "
+                         f"{short_number(worst['abs'])}, {worst['ulps']} ulps)")
+    return ("MISMATCH", "") if verdict == "mismatch" else (verdict, "")

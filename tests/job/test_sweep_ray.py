@@ -92,6 +92,7 @@ def test_a_killed_worker_is_retried_and_the_sweep_completes_then_reproduces(
     assert facts["reproduce_rc"] == 0, facts["log"]
     attestations = sorted((tmp_path / "attestations").iterdir())
     assert [a.name for a in attestations] == ["b.intoto.json"]  # PCG64(0) draws b of [a, b]
+    assert "bit-identical  b" in facts["log"] and "1 of 1 members reproduced (1 bit-identical)" in facts["log"]
     code = verify_main([str(tmp_path / "out"), "--trusted-key", str(signing_key_dir / "signing-key.pub.pem"),
                         "--reproduction", str(attestations[0]),
                         "--trusted-reproducer", str(signing_key_dir / "signing-key.pub.pem")])

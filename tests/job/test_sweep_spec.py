@@ -93,3 +93,24 @@ def test_a_rerun_recognises_its_plan_and_refuses_another_sweep(tiny_world: tuple
     (tmp_path / "busy" / "x").write_text("x")
     with pytest.raises(JobError, match="is not a sweep directory"):
         open_sweep_dir(tmp_path / "busy", first, key)
+
+
+def test_each_reproduced_member_says_its_level() -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from bundle.sweep import signed_record
+    from job.sweep_reproduce import ReproduceOutcome, member_verdict
+
+    key = Ed25519PrivateKey.generate()
+
+    def outcome(verdict: str) -> ReproduceOutcome:
+        predicate = {"verdict": verdict, "tolerance": {"abs": 1e-4, "source": "protocol"},
+                     "largest_difference": {"abs": 3.1e-8, "ulps": 2}}
+        envelope, _ = signed_record({"predicate": predicate}, key)
+        return ReproduceOutcome("m", envelope, verdict != "mismatch", None)
+
+    assert member_verdict(outcome("bit-identical")) == ("bit-identical", "")
+    assert member_verdict(outcome("equivalent")) == (
+        "equivalent", "  (every logit within 1e-4, largest 3.1e-8, 2 ulps)")
+    assert member_verdict(outcome("mismatch")) == ("MISMATCH", "")
+    assert member_verdict(ReproduceOutcome("m", None, False, "The lock is wrong.")) == ("failed", ": The lock is wrong.")
