@@ -294,3 +294,34 @@ def test_a_failed_members_error_fits_the_indexs_bound() -> None:
     row = _failed_row(member, "é\x01" * 5000 + "\n tail")
     assert row["error"].isascii() and row["error"].isprintable()
     assert len(row["error"]) == layout.SWEEP_ERROR_CHARS and row["error"].startswith("\\xe9\\x01")
+
+
+def test_sweep_md_sums_up_across_members_and_an_earlier_layout_still_verifies(
+        sweep_dir: Path, signing_key_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bundle.views.sweep import sweep_markdown_v1
+
+    md = (sweep_dir / layout.SWEEP_MD).read_text()
+    index = json.loads(base64.b64decode(json.loads((sweep_dir / layout.SWEEP_INDEX).read_bytes())["payload"]))
+    rows = index["predicate"]["members"]
+    assert "| member | status | T | n | NLL | NLL change | ECE | ECE change | Brier | Brier change |" in md
+    for r in rows:  # every headline figure's interval, side by side, per member
+        for k in ("nll", "ece", "brier"):
+            d = r["summary"]["metrics"][k]["difference"]
+            assert f"{d['point']:+.6f} [{d['lower']:+.6f}, {d['upper']:+.6f}]" in md
+    across = md.split("## Across the 3 done members", 1)[1].split("## Figures", 1)[0]
+    temps = sorted(r["summary"]["temperature"] for r in rows)
+    assert f"| T | {temps[1]:.6f} | {temps[0]:.6f} | {temps[2]:.6f} | |" in across
+    ece = [r["summary"]["metrics"]["ece"]["difference"] for r in rows]
+    below = sum(d["upper"] < 0 for d in ece)
+    above = sum(d["lower"] > 0 for d in ece)
+    assert f"| {below} / {3 - below - above} / {above} |" in across.split("| ECE change |", 1)[1].splitlines()[0]
+    # a sweep written before the summary keeps verifying; an edit of that layout does not
+    d = _copy(sweep_dir, tmp_path)
+    plan = json.loads(base64.b64decode(json.loads((d / layout.SWEEP_PLAN).read_bytes())["payload"]))
+    earlier = sweep_markdown_v1(plan["predicate"], index["predicate"])
+    (d / layout.SWEEP_MD).write_bytes(earlier)
+    code, status, out = _verify(d, signing_key_dir, capsys)
+    assert code == 0 and "sweep.md in the layout of sweeps written before" in out, out
+    (d / layout.SWEEP_MD).write_bytes(earlier.replace(b"3 members planned", b"2 members planned"))
+    code, status, out = _verify(d, signing_key_dir, capsys)
+    assert code == 1 and status["sweep.views"] == "FAIL", out
