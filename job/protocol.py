@@ -163,8 +163,8 @@ class SplitSpec:
         missing = [name for name in (CALIBRATION, AUDIT) if name not in names]
         if missing:
             raise JobError(f"The protocol's split has no {' or '.join(missing)} pool; add it to split.pools.")
-        for name, size in pools:
-            problem = pool_size_problem(name, size)
+        for name, rows in pools:
+            problem = pool_size_problem(name, rows)
             if problem is not None:
                 raise JobError(f"The protocol's {problem}; change split.pools.")
         smoke = section["smoke"]

@@ -116,7 +116,7 @@ def _embedded() -> Iterator[Path]:
     with a fresh token held only in the environment of this process and its children (Ray would
     otherwise write one to ~/.ray/auth_token and print a notice about it). The token keeps another
     local user from submitting work to the loopback ports."""
-    from ray._raylet import Config
+    from ray._raylet import Config  # type: ignore[attr-defined]
 
     folder = Path(tempfile.mkdtemp(prefix="calib-ray-"))
     try:

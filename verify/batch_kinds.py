@@ -153,6 +153,6 @@ def _claim(ctx: Context, p: Mapping[str, Any]) -> str | None:
     (bundle.views.arithmetic.claim_warning), whatever kinds the workers claim."""
     env = ctx.docs.get(layout.ENVIRONMENT_JSON) or {}
     signer, mine = env.get("arithmetic"), p["environment"].get("arithmetic")
-    measured_same = (p["batch_kinds"]["workers"] is None and bool(signer) and bool(mine)
-                     and all(signer.get(k) == mine.get(k) for k in SAME_ARITHMETIC))
+    measured_same = (p["batch_kinds"]["workers"] is None and signer is not None and mine is not None
+                     and bool(signer) and bool(mine) and all(signer.get(k) == mine.get(k) for k in SAME_ARITHMETIC))
     return claim_warning(p["verdict"], claimed_kinds(env.get("cluster")), measured_same)

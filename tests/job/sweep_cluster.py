@@ -61,7 +61,8 @@ def _start_second_node(address: str, num_cpus: int) -> None:
          "--node-manager-port", str(SECOND_NODE_MANAGER_PORT), "--disable-usage-stats")
 
 
-def _sweep(args: list[str], address: str | None, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def _sweep(args: list[str], address: str | None, log: Path,
+           env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "job", "sweep", *args, "--no-progress"]
     if address is not None:
         cmd += ["--address", address]

@@ -23,7 +23,7 @@ ROWS = 600  # the README's init takes the default pools, explore:256,calibration
 def readme_commands(section: str) -> list[list[str]]:
     """The commands of the first ```bash block under `section`, continuation lines joined."""
     text = README.read_text(encoding="utf-8").split(section, 1)[1]
-    block = re.search(r"```bash\n(.*?)```", text, re.S)
+    block = re.search(r"```bash\n(.*?)```", text, re.DOTALL)
     assert block is not None, f"README.md has no bash block under {section!r}"
     joined = block.group(1).replace("\\\n", " ")
     return [shlex.split(line, comments=True) for line in joined.splitlines() if line.strip()]
@@ -49,7 +49,7 @@ def test_the_readme_own_classifier_commands_run_as_printed_then_a_sweep_over_the
     commit = hashlib.sha256((tmp_path / "my-model" / "model.safetensors").read_bytes()).hexdigest()[:40]
     monkeypatch.chdir(tmp_path)
     commands = readme_commands("## Your own classifier")
-    assert [c[:3] for c in commands][0] == ["python", "-m", "job"] and len(commands) == 6
+    assert commands[0][:3] == ["python", "-m", "job"] and len(commands) == 6
     for words in commands:
         assert words[:2] == ["python", "-m"], words
         argv = [commit if w == "COMMIT" else w for w in words[3:]]
@@ -67,7 +67,8 @@ def test_the_readme_own_classifier_commands_run_as_printed_then_a_sweep_over_the
     (member,) = sweep.members
     assert member.name == "again-explore0-calibration256-audit344"
     assert member.pins["model"]["repo_id"] == "my-org/my-model" and member.pins["model"]["revision"] == commit
-    rows = build_sweep_dir(tmp_path / "mine.sweep.json", tmp_path / "out" / "sweep", tmp_path / "keys" / "signing-key.pem")
+    keys = tmp_path / "keys"
+    rows = build_sweep_dir(tmp_path / "mine.sweep.json", tmp_path / "out" / "sweep", keys / "signing-key.pem")
     assert [r["status"] for r in rows] == ["done"]
     from verify.__main__ import main as verify_main
-    assert verify_main([str(tmp_path / "out" / "sweep"), "--trusted-key", str(tmp_path / "keys" / "signing-key.pub.pem")]) == 0
+    assert verify_main([str(tmp_path / "out" / "sweep"), "--trusted-key", str(keys / "signing-key.pub.pem")]) == 0

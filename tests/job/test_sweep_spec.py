@@ -113,4 +113,5 @@ def test_each_reproduced_member_says_its_level() -> None:
     assert member_verdict(outcome("equivalent")) == (
         "equivalent", "  (every logit within 1e-4, largest 3.1e-8, 2 ulps)")
     assert member_verdict(outcome("mismatch")) == ("MISMATCH", "")
-    assert member_verdict(ReproduceOutcome("m", None, False, "The lock is wrong.")) == ("failed", ": The lock is wrong.")
+    no_attestation = ReproduceOutcome("m", None, False, "The lock is wrong.")
+    assert member_verdict(no_attestation) == ("failed", ": The lock is wrong.")

@@ -276,7 +276,7 @@ def test_unsigned_files_at_the_root_are_listed_never_part_of_the_verdict(
     (d / "APPROVED.md").write_text("Approved by the board.\n")
     (d / "figures" / "better.png").write_bytes(b"\x89PNG")
     (d / "extra").mkdir()
-    code, status, out = _verify(d, signing_key_dir, capsys)
+    code, _status, out = _verify(d, signing_key_dir, capsys)
     assert code == 0, out
     notes = out.split("Unsigned notes", 1)[1]
     for name in ("APPROVED.md", "figures/better.png", "extra/"):
