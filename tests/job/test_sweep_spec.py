@@ -115,3 +115,40 @@ def test_each_reproduced_member_says_its_level() -> None:
     assert member_verdict(outcome("mismatch")) == ("MISMATCH", "")
     no_attestation = ReproduceOutcome("m", None, False, "The lock is wrong.")
     assert member_verdict(no_attestation) == ("failed", ": The lock is wrong.")
+
+
+@pytest.mark.parametrize(("pools", "ok", "said"), [
+    ("explore:0,calibration:20,audit:rest", True, ""),
+    ("explore:8,calibration:0,audit:rest", False, "calibration pool has 0 rows, but it needs at least 1"),
+    ("explore:8,calibration:40,audit:rest", False, "audit pool has 0 rows, but it needs at least 1"),
+])
+def test_init_sweeps_and_protocols_share_one_pool_rule(pools: str, ok: bool, said: str,
+                                                       tiny_world: tuple[Path, Path], tmp_path: Path) -> None:
+    """An empty explore pool is fine everywhere; an empty calibration or audit pool is refused
+    everywhere, naming the pool and why: by init --pools, by a sweep's pool_sizes, by a protocol."""
+    from job.protocol import SplitSpec
+    from job.protocol_init import parse_pools
+
+    rows = 48
+    if not ok:
+        with pytest.raises(JobError, match=said):
+            parse_pools(pools, rows)
+    sizes = {p.split(":")[0]: p.split(":")[1] for p in pools.split(",")}
+    fixed = sum(int(v) for v in sizes.values() if v != "rest")
+    cut = {k: (rows - fixed if v == "rest" else int(v)) for k, v in sizes.items()}
+    section = {"prefix": "p:", "pools": [{"name": k, "size": v} for k, v in cut.items()],
+               "smoke": {"pool": "calibration", "rows": 0}}
+    path = write_sweep(tmp_path / "s.json", tiny_world, prefixes=["a:"])
+    doc = json.loads(path.read_text())
+    doc["pool_sizes"] = [cut]
+    path.write_text(json.dumps(doc))
+    if ok:
+        assert [p["size"] for p in parse_pools(pools, rows)] == list(cut.values())
+        assert SplitSpec.from_protocol(section).pools == tuple(cut.items())
+        assert load_sweep(path).members[0].name == "a-explore0-calibration20-audit28"
+        return
+    with pytest.raises(JobError, match=said):
+        SplitSpec.from_protocol(section)
+    with pytest.raises(JobError, match=said) as info:
+        load_sweep(path)
+    assert "\n" not in str(info.value) and str(info.value).startswith("The sweep's pool sizes explore8-")
