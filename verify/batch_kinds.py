@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from bundle import layout
-from bundle.views.arithmetic import claim_warning, claimed_kinds, group_words, suspicious
+from bundle.views.arithmetic import claim_warning, group_words, suspicious
 from verify.context import Context
 from verify.reproduction import SAME_ARITHMETIC
 from verify.result import Failed
@@ -155,4 +155,7 @@ def _claim(ctx: Context, p: Mapping[str, Any]) -> str | None:
     signer, mine = env.get("arithmetic"), p["environment"].get("arithmetic")
     measured_same = (p["batch_kinds"]["workers"] is None and signer is not None and mine is not None
                      and bool(signer) and bool(mine) and all(signer.get(k) == mine.get(k) for k in SAME_ARITHMETIC))
-    return claim_warning(p["verdict"], claimed_kinds(env.get("cluster")), measured_same)
+    cluster = env.get("cluster")
+    claimed = sorted({str(w["cpu_kind"]) for w in cluster["workers"] if any(w["batches"].values())}
+                     if cluster else set())
+    return claim_warning(p["verdict"], claimed, measured_same)

@@ -33,6 +33,7 @@ ALLOWED_FROM_BUNDLE = {
     ("bundle.views.report", "report_markdown"),
     ("bundle.views.markdown", "text"),
     ("bundle.views.arithmetic", "arithmetic_words"),
+    ("bundle.views.arithmetic", "claim_warning"),
     ("bundle.views.arithmetic", "group_words"),
     ("bundle.views.arithmetic", "short_number"),
     ("bundle.views.arithmetic", "suspicious"),
@@ -40,6 +41,7 @@ ALLOWED_FROM_BUNDLE = {
     ("bundle.views.crate", "crate_bytes"),
     ("bundle.views.crate", "Described"),
     ("bundle.views.sweep", "render_sweep_views"),
+    ("bundle.views.sweep", "sweep_markdown_v1"),
 }
 """The definitions verify/ shares with the writer: layout names, canonical JSON, the DSSE
 `Envelope` type (its decoding, PAE and signature check, and its errors), the reading of a
