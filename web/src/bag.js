@@ -55,6 +55,7 @@ export function algorithmOf(alg) {
 
 export function layout(bag, notes) {
   const problems = [];
+  if (bag.oversized && bag.oversized.length) problems.push(`files over their size cap ${JSON.stringify(bag.oversized.slice(0, 5))}`);
   const top = new Set([...bag.files.keys()].filter((p) => !p.includes('/')));
   const named = new Set([...manifests(bag, false).keys(), ...manifests(bag, true).keys()]);
   const extra = [...bag.files.keys()].filter((p) => !p.startsWith('data/') && !TAG_FILES.has(p) && !named.has(p)).sort();

@@ -5,6 +5,7 @@
 // and once one of those checks fails every later check is skipped unread.
 
 import * as bag from './bag.js';
+import { applyCaps, dimensions } from './caps.js';
 import { sha256 } from './digest.js';
 import { isCanonical, parseRaw, plain, Num } from './json.js';
 import { bisect, firstArgmax, metricSet, meanNll } from './numerics.js';
@@ -18,6 +19,12 @@ export const VERDICTS = {
   verified: 'VERIFIED: every check passed and the bundle is signed by the trusted key.',
   'intact-signer-unknown': 'INTEGRITY HOLDS, SIGNER NOT ESTABLISHED: every check passed, but no trusted key was given; pass --trusted-key PUB.pem or --trusted-fingerprint HEX.',
   failed: "REJECTED: at least one check failed; do not use this bundle's figures.",
+};
+/** When no check failed but some are not performed here, the page never claims the Python verdict:
+ * it says how far it got, in the Python verifier's words for that part. */
+export const PARTIAL = {
+  verified: 'VERIFIED AS FAR AS THIS PAGE CHECKS: every check this page performs passed and the bundle is signed by the trusted key; the checks not performed here need the Python verifier (python -m verify).',
+  'intact-signer-unknown': 'INTEGRITY HOLDS AS FAR AS THIS PAGE CHECKS, SIGNER NOT ESTABLISHED: every check this page performs passed, but no trusted key was given; paste the signer\'s public key or open the page with #fingerprint=HEX.',
 };
 
 const POOLS = ['calibration', 'audit'];
@@ -223,6 +230,7 @@ function payloadFiles(ctx) {
 }
 
 function jsonFiles(ctx) {
+  if (!ctx.bag) return []; // an archive that could not be read: no bag, no payload to name
   let expected;
   try {
     expected = new Set(ctx.bag && ctx.bag.files.size ? expectedPayload(ctx) : PAYLOAD_FILES);
@@ -254,6 +262,17 @@ function statementCheck(ctx) {
   const statement = ctx.need(ctx.statement, 'the signed statement');
   schemaCheck(statement, 'statement', 'the signed statement');
   return `valid against ${schemaId('statement')} and ${schemaId('predicate')}`;
+}
+
+/** The protocol's sizes (caps.dimensions) once data/protocol.json was read, or null beyond the bounds. */
+function protocolDims(ctx, protocol) {
+  return protocol ? dimensions(ctx.bag.files.get('data/protocol.json')) : null;
+}
+
+function protocolBounds(ctx) {
+  const dims = protocolDims(ctx, ctx.doc('data/protocol.json'));
+  if (!dims) throw new bag.Failed("the protocol's sizes are beyond the verifier's bounds (FORMAT.md, Limits); the verifier refuses a bundle it cannot check in bounded time and memory.");
+  return `${dims.rows.toLocaleString('en-US')} rows, ${dims.classes} classes, ${dims.steps} steps: within the verifier's bounds`;
 }
 
 function splitKeys(ctx) {
@@ -312,9 +331,11 @@ async function columns(ctx, { pool }) {
   if (!data) throw new bag.Failed(`${path} is missing.`);
   const protocol = ctx.doc('data/protocol.json');
   const statement = ctx.need(ctx.statement, 'the signed statement');
+  const dims = protocolDims(ctx, protocol);
+  if (!dims) throw new bag.Failed("not checked: the protocol's sizes are beyond the verifier's bounds (see protocol.bounds).");
   const k = protocol.resources.dataset.labels.length;
-  const size = (protocol.split.pools.find((p) => p.name === pool) || {}).size ?? protocol.resources.dataset.rows;
-  const table = await readPool(path, data, k, Math.min(size, 100_000), statement.predicate.format.version >= 2);
+  const size = dims.sizes.has(pool) ? dims.sizes.get(pool) : dims.rows;
+  const table = await readPool(path, data, k, size, statement.predicate.format.version >= 2);
   ctx.tables.set(pool, table);
   return `${table.n} rows, ${k} classes, columns and types as specified`;
 }
@@ -490,7 +511,7 @@ const TABLE = [
   ['json.{name}', "{path} valid against the verifier's schema", jsonFile, { each: jsonFiles }],
   ['json.statement', "signed statement valid against the verifier's schema", statementCheck, {}],
   ['format.fields', 'records hold every field their format requires', null, {}],
-  ['protocol.bounds', "protocol's sizes within the verifier's bounds", null, {}],
+  ['protocol.bounds', "protocol's sizes within the verifier's bounds", protocolBounds, {}],
   ['protocol.hash', 'every record names the protocol in the bag', null, {}],
   ['resources.pins', "resources agree with the protocol's pins and the profile", null, {}],
   ['stages.records', 'stage records hash the files in the bag', null, {}],
@@ -513,7 +534,8 @@ const TABLE = [
   ['metrics.{pool}.{which}', '{pool} {which} metrics recomputed', metricsCheck, { each: () => POOLS.flatMap((pool) => ['raw', 'calibrated'].map((which) => ({ pool, which }))) }],
   ['metrics.argmax', 'argmax unchanged by the temperature', argmaxCheck, {}],
   ['metrics.warnings', 'warnings are those the audit accuracy and temperature call for', null, {}],
-  ['metrics.truncation', "truncation summary restates the predictions' token counts", null, { when: (c) => has(c, 'data/metrics.json', 'truncation') }],
+  // listed when metrics.json holds a truncation summary, or could not be read (the check then says why)
+  ['metrics.truncation', "truncation summary restates the predictions' token counts", null, { when: (c) => !c.docs.has('data/metrics.json') || has(c, 'data/metrics.json', 'truncation') }],
   ['bootstrap.record', 'bootstrap names this protocol, temperature and predictions', null, { when: (c) => wants(c, 'bootstrap') }],
   ['bootstrap.intervals', 'bootstrap resamples and intervals recomputed', null, { when: (c) => wants(c, 'bootstrap') }],
   ['stability.refit', 'stability subsets re-fitted and NLLs recomputed', null, { when: (c) => wants(c, 'stability') }],
@@ -540,7 +562,8 @@ const fill = (text, params) => text.replace(/\{(\w+)\}/g, (_, k) => params[k]);
  * [{id, title, status: pass|fail|skip|not-checked, detail}], verdict, message, notes, figures,
  * documents}. Never throws for bad input: an unexpected error in a check is that check's failure.
  */
-export async function verify(input, trust) {
+export async function verify(given, trust) {
+  const input = given.bag ? { ...given, bag: applyCaps(given.bag) } : given;
   const ctx = new Context(input, trust);
   const unread = new Context({ ...input, bag: input.bag ? { files: new Map(), dirs: new Set() } : null }, trust);
   const checks = [];
@@ -582,8 +605,9 @@ export async function verify(input, trust) {
   let verdict = 'failed';
   if (!failed && !skipped.length) verdict = 'verified';
   else if (!failed && skipped.length === 1 && skipped[0] === 'signature.signer-trusted') verdict = 'intact-signer-unknown';
+  const partial = verdict !== 'failed' && checks.some((c) => c.status === 'not-checked');
   return {
-    checks, verdict, message: VERDICTS[verdict], notes: ctx.notes, figures: ctx.figures,
+    checks, verdict: partial ? `${verdict}-here` : verdict, message: partial ? PARTIAL[verdict] : VERDICTS[verdict], notes: ctx.notes, figures: ctx.figures,
     documents: Object.fromEntries(ctx.docs), tables: ctx.tables, statement: ctx.statement || null,
     signer: ctx.signer ? ctx.signer.fingerprint : null,
   };

@@ -103,6 +103,7 @@ function show(result, source) {
     out.append(el('ul', {}, ...result.notes.map((n) => el('li', {}, n))));
   }
   if (result.verdict === 'failed') return;
+  if (source.kind === 'folder') out.append(el('p', { class: 'open' }, 'A browser follows symbolic links in a chosen folder and cannot show them to this page; the archive is the form it checks completely.'));
   const m = result.figures.metrics || {};
   if (m['audit.raw'] && m['audit.calibrated']) {
     out.append(el('h2', {}, 'Reliability of the audit pool, drawn from the verified logits'));
@@ -142,7 +143,7 @@ async function run(files, kind) {
     const result = await verify(input, trust);
     const seconds = (performance.now() - started) / 1000;
     status.textContent = `${files[0].name || 'bundle'}: ${result.checks.length} checks in ${seconds.toFixed(2)} s`;
-    show(result, input.bag || { files: new Map() });
+    show(result, { kind, files: (input.bag || { files: new Map() }).files });
     window.verification = { verdict: result.verdict, checks: result.checks, figures: result.figures, seconds };
   } catch (e) {
     const message = e instanceof Unreadable || e instanceof Error ? e.message : String(e);
