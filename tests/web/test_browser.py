@@ -83,6 +83,7 @@ class Case:
     key: Ed25519PrivateKey | None = None
     pem_file: Path | None = None
     fingerprint: str | None = None
+    probe: bool = False
 
     @property
     def kind(self) -> str:
@@ -103,7 +104,7 @@ class Case:
         pem = _pem(self.key) if self.key is not None else (
             self.pem_file.read_text() if self.pem_file is not None else None)
         return {"name": self.name, "kind": self.kind, "path": str(self.path), "key": pem,
-                "fingerprint": self.fingerprint}
+                "fingerprint": self.fingerprint, "probe": self.probe}
 
 
 def run_page(cases: list[Case], tmp: Path, screenshots: dict[str, Path] | None = None,
@@ -116,8 +117,9 @@ def run_page(cases: list[Case], tmp: Path, screenshots: dict[str, Path] | None =
     done = subprocess.run(["node", str(WEB / "test" / "drive.mjs"), str(tmp / "job.json"), str(tmp / "out.jsonl")],
                           cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
-    found = [json.loads(line) for line in (tmp / "out.jsonl").read_text().splitlines()]
-    return {f["name"]: f for f in found}
+    found = {f["name"]: f for f in map(json.loads, (tmp / "out.jsonl").read_text().splitlines())}
+    assert found.pop("__control__")["requests"] == ["http://127.0.0.1:9/control"], "the interception sees requests"
+    return found
 
 
 def run_python(case: Case) -> Outcome | str:
@@ -209,9 +211,14 @@ def test_the_page_agrees_with_python_on_genuine_bundles(browser_ready: None, tmp
              Case("no-trusted-key", synthetic),
              Case("fingerprint", synthetic, fingerprint=fingerprint(keys.real)),
              Case("other-key-trusted", synthetic, key=keys.other)]
+    probe = Case("probe", synthetic, key=keys.real, probe=True)
     SHOTS.mkdir(exist_ok=True)
-    pages = run_page(cases, tmp_path, {"golden-bundle-v2.tar.gz": SHOTS / "web-verified.png",
-                                       "other-key-trusted": SHOTS / "web-rejected.png"})
+    pages = run_page([*cases, probe], tmp_path, {"golden-bundle-v2.tar.gz": SHOTS / "web-verified.png",
+                                                 "other-key-trusted": SHOTS / "web-rejected.png"})
+    # A fetch, an image and a WebSocket tried from inside the page: the CSP stops each, none is sent.
+    assert pages["probe"]["requests"] == []
+    blocked = {v.split()[0] for v in pages["probe"]["violations"]}
+    assert blocked == {"connect-src", "img-src"}, pages["probe"]["violations"]
     problems = [p for c in cases for p in compare(c, pages[c.name], run_python(c))]
     assert problems == [], "\n".join(problems)
     assert pages["golden-bundle-v2.tar.gz"]["result"]["verdict"] == "verified-here"
@@ -287,6 +294,7 @@ def _tampered(src: Path, keys: Keys, tmp: Path, table: dict[str, tuple[Callable[
     return cases
 
 
+@pytest.mark.slow
 def test_the_page_agrees_with_python_on_every_tamper_class(browser_ready: None, tmp_path: Path, keys: Keys,
                                                            synthetic: Path) -> None:
     cases = _tampered(synthetic, keys, tmp_path, TAMPERS, "tamper") + _tampered(synthetic, keys, tmp_path,
@@ -303,6 +311,7 @@ def test_the_page_agrees_with_python_on_every_tamper_class(browser_ready: None, 
     assert sum(pages[c.name]["result"].get("verdict") == "failed" for c in cases) >= 30
 
 
+@pytest.mark.slow
 def test_the_page_agrees_with_python_on_every_hostile_bundle_and_archive(browser_ready: None, tmp_path: Path,
                                                                          keys: Keys, synthetic: Path) -> None:
     cases = []

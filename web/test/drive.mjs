@@ -4,7 +4,8 @@
 //
 // node web/test/drive.mjs JOB.json OUT.jsonl
 //   JOB.json: {"chromium": path, "screenshots": {name: png path}, "cases": [{"name", "kind":
-//   "archive"|"folder", "path", "key": PEM text or null, "fingerprint": hex or null}]}
+//   "archive"|"folder", "path", "key": PEM text or null, "fingerprint": hex or null, "probe": bool}]}
+//   A probe case then tries a fetch, an image and a WebSocket from inside the page.
 // Every request the page makes is intercepted and refused, and counted: a page that asks the
 // network for anything fails the test (requests in the output). CSP violations are counted too.
 
@@ -40,6 +41,18 @@ const browser = await puppeteer.launch({
 });
 const lines = [];
 try {
+  // The control: a page without the CSP asks for a URL; the interception must see and refuse it,
+  // or an empty list of requests below would prove nothing.
+  const control = await browser.newPage();
+  const seen = [];
+  await control.setRequestInterception(true);
+  control.on('request', (req) => {
+    seen.push(req.url());
+    req.abort();
+  });
+  await control.evaluate(() => fetch('http://127.0.0.1:9/control').catch(() => {}));
+  lines.push(JSON.stringify({ name: '__control__', requests: seen }));
+  await control.close();
   for (const c of job.cases) {
     const page = await browser.newPage();
     await page.setViewport({ width: 1280, height: 1700 });
@@ -90,6 +103,16 @@ try {
       result = { error: `no verdict: ${e.message}` };
     }
     const wall = (Date.now() - started) / 1000;
+    if (c.probe) {
+      // What a script in the page could try: each must be stopped by the CSP before any request.
+      await page.evaluate(async () => {
+        await fetch('http://127.0.0.1:9/probe').catch(() => {});
+        const img = new Image();
+        img.src = 'http://127.0.0.1:9/probe.png';
+        try { new WebSocket('ws://127.0.0.1:9/probe'); } catch { /* refused by the CSP */ }
+        await new Promise((r) => setTimeout(r, 300));
+      });
+    }
     if (job.screenshots && job.screenshots[c.name]) await page.screenshot({ path: job.screenshots[c.name] });
     lines.push(JSON.stringify({ name: c.name, result, requests, violations, errors, wall }));
     await page.close();
