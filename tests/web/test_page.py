@@ -53,8 +53,8 @@ def test_the_csp_allows_no_request_and_only_the_page_own_script_and_style() -> N
     for directive in ("default-src", "connect-src", "img-src", "font-src", "media-src", "object-src", "worker-src",
                       "frame-src", "form-action", "base-uri"):
         assert csp[directive] == ["'none'"], directive
-    scripts = re.findall(r"<script>(.*?)</script>", html, flags=re.S)
-    styles = re.findall(r"<style>(.*?)</style>", html, flags=re.S)
+    scripts = re.findall(r"<script>(.*?)</script>", html, flags=re.DOTALL)
+    styles = re.findall(r"<style>(.*?)</style>", html, flags=re.DOTALL)
     assert len(scripts) == len(styles) == 1
     digest = "'sha256-{}'"
     import base64

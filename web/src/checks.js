@@ -584,6 +584,7 @@ export async function verify(given, trust) {
       }
       let status;
       let detail;
+      const t0 = performance.now();
       try {
         detail = await fn(ctx, params);
         status = detail === null ? 'not-checked' : 'pass';
@@ -593,7 +594,7 @@ export async function verify(given, trust) {
         else if (e instanceof bag.Failed) [status, detail] = ['fail', e.message];
         else [status, detail] = ['fail', `could not be checked: ${e && e.name}: ${String(e && e.message).slice(0, 300)}`];
       }
-      checks.push({ ...row, status, detail });
+      checks.push({ ...row, status, detail, ms: Math.round(performance.now() - t0) });
       if (status === 'fail' && opts.auth) {
         authenticated = false;
         failedAt = row.id;

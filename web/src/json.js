@@ -186,7 +186,10 @@ export function pyFloat(x) {
   return sign + fixed;
 }
 
+const NEEDS_ESCAPE = /["\\\x00-\x1f]/;
+
 function pyString(s) {
+  if (!NEEDS_ESCAPE.test(s)) return `"${s}"`;
   let out = '"';
   for (let k = 0; k < s.length; k++) {
     const ch = s[k];
@@ -205,7 +208,11 @@ function pyString(s) {
 }
 
 // Python sorts keys by code point; JavaScript's default sort compares UTF-16 units.
+const SURROGATE = /[\ud800-\udfff]/;
+
 function byCodePoint(a, b) {
+  // Without surrogates, UTF-16 units order as code points do.
+  if (!SURROGATE.test(a) && !SURROGATE.test(b)) return a < b ? -1 : a > b ? 1 : 0;
   const x = Array.from(a);
   const y = Array.from(b);
   for (let k = 0; k < Math.min(x.length, y.length); k++) {
@@ -221,7 +228,8 @@ export function canonical(node) {
   const parts = [];
   const walk = (n) => {
     if (n instanceof Num) {
-      parts.push(n.integer ? BigInt(n.token).toString() : pyFloat(n.value));
+      if (!n.integer) parts.push(pyFloat(n.value));
+      else parts.push(/^(0|-?[1-9][0-9]{0,14})$/.test(n.token) ? n.token : BigInt(n.token).toString());
     } else if (n instanceof Map) {
       const keys = [...n.keys()].sort(byCodePoint);
       parts.push('{');

@@ -68,7 +68,19 @@ function regex(p) {
   return patterns.get(p);
 }
 
-const pointerOf = (path) => path.map((p) => `/${String(p).replace(/~/g, '~0').replace(/\//g, '~1')}`).join('');
+// Paths are linked lists ({up, key}), built into a JSON pointer only for a violation: a pools.json of
+// 100,000 entries is walked without an array per value.
+function pointerOf(path) {
+  const keys = [];
+  for (let at = path; at; at = at.up) keys.push(at.key);
+  return keys.reverse().map((p) => `/${String(p).replace(/~/g, '~0').replace(/\//g, '~1')}`).join('');
+}
+const down = (path, key) => ({ up: path, key });
+
+/** The length in code points, as JSON Schema counts it (UTF-16 units only when they could differ). */
+function codePoints(v) {
+  return /[\ud800-\udfff]/.test(v) ? Array.from(v).length : v.length;
+}
 
 /** A validator over `schemas` (each with its $id): validate(doc, id) throws SchemaError at the first
  * violation. Objects are plain objects (json.plain), whose keys never include a prototype's. */
@@ -103,7 +115,7 @@ export function makeValidator(schemas) {
       if ('exclusiveMaximum' in s && v >= s.exclusiveMaximum) fail(`${v} is not below ${s.exclusiveMaximum}`);
     }
     if (typeof v === 'string') {
-      const len = Array.from(v).length; // JSON Schema counts code points
+      const len = codePoints(v);
       if ('minLength' in s && len < s.minLength) fail('the string is too short');
       if ('maxLength' in s && len > s.maxLength) fail('the string is too long');
       if ('pattern' in s && !regex(s.pattern).test(v)) fail(`${JSON.stringify(v).slice(0, 60)} does not match ${s.pattern}`);
@@ -116,8 +128,8 @@ export function makeValidator(schemas) {
       }
       const prefix = s.prefixItems || [];
       v.forEach((item, k) => {
-        if (k < prefix.length) check(item, prefix[k], root, [...path, k]);
-        else if ('items' in s) check(item, s.items, root, [...path, k]);
+        if (k < prefix.length) check(item, prefix[k], root, down(path, k));
+        else if ('items' in s) check(item, s.items, root, down(path, k));
       });
     }
     if (typeOf(v) === 'object') {
@@ -127,11 +139,11 @@ export function makeValidator(schemas) {
       for (const r of s.required || []) if (!Object.prototype.hasOwnProperty.call(v, r)) fail(`'${r}' is a required property`);
       const props = s.properties || {};
       for (const k of keys) {
-        if (s.propertyNames) check(k, s.propertyNames, root, [...path, k]);
-        if (Object.prototype.hasOwnProperty.call(props, k)) check(v[k], props[k], root, [...path, k]);
+        if (s.propertyNames) check(k, s.propertyNames, root, down(path, k));
+        if (Object.prototype.hasOwnProperty.call(props, k)) check(v[k], props[k], root, down(path, k));
         else if ('additionalProperties' in s) {
           if (s.additionalProperties === false) fail(`'${k}' was unexpected`);
-          check(v[k], s.additionalProperties, root, [...path, k]);
+          check(v[k], s.additionalProperties, root, down(path, k));
         }
       }
     }
@@ -151,6 +163,6 @@ export function makeValidator(schemas) {
   return (doc, id) => {
     const schema = byId.get(id);
     if (!schema) throw new SchemaError(`the page has no schema ${id}`, '');
-    check(doc, schema, schema, []);
+    check(doc, schema, schema, null);
   };
 }
