@@ -66,3 +66,30 @@ def test_the_csp_allows_no_request_and_only_the_page_own_script_and_style() -> N
 
 def test_the_page_is_small() -> None:
     assert len(gzip.compress(PAGE.read_bytes(), 9)) < 300 * 1024
+
+
+def _js_number(text: str, name: str) -> int:
+    """The value of `name: <expression>` in a JavaScript object literal of plain arithmetic."""
+    found = re.search(rf"\b{name}: ([0-9_ *+]+)[,\n]", text)
+    assert found is not None, name
+    return int(eval(found.group(1).replace("_", "")))  # noqa: S307 - digits, spaces, * and + only
+
+
+@pytest.mark.parametrize(("source", "name", "constant"), [
+    ("archive.js", "members", "MAX_ENTRIES"), ("archive.js", "fileBytes", "MAX_FILE_BYTES"),
+    ("archive.js", "totalBytes", "MAX_TOTAL_BYTES"), ("archive.js", "archiveBytes", "MAX_ARCHIVE_BYTES"),
+    ("archive.js", "nameBytes", "MAX_NAME_BYTES"), ("archive.js", "pathBytes", "MAX_PATH_BYTES"),
+    ("archive.js", "trailingZeroBytes", "MAX_TRAILING_ZERO_BYTES"),
+    ("caps.js", "file", "MAX_FILE_BYTES"), ("caps.js", "total", "MAX_TOTAL_BYTES"),
+    ("caps.js", "protocol", "MAX_PROTOCOL_BYTES"), ("caps.js", "small", "SMALL_FILE_BYTES"),
+    ("caps.js", "rows", "MAX_ROWS"), ("caps.js", "classes", "MAX_CLASSES"), ("caps.js", "steps", "MAX_STEPS"),
+    ("caps.js", "resamples", "MAX_RESAMPLES"), ("caps.js", "resampleCells", "MAX_RESAMPLE_CELLS"),
+    ("caps.js", "stabilitySizes", "MAX_STABILITY_SIZES"), ("caps.js", "slack", "SLACK_BYTES"),
+    ("caps.js", "poolsPerRow", "POOLS_BYTES_PER_ROW"), ("caps.js", "parquetPerRow", "PARQUET_BYTES_PER_ROW"),
+    ("caps.js", "parquetPerCell", "PARQUET_BYTES_PER_CELL"), ("caps.js", "trajectoryPerStep", "TRAJECTORY_BYTES_PER_STEP"),
+])
+def test_the_page_limits_are_the_verifiers(source: str, name: str, constant: str) -> None:
+    from verify import limits
+
+    text = (WEB / "src" / source).read_text(encoding="utf-8").replace("MiB", str(1024 * 1024))
+    assert _js_number(text, name) == getattr(limits, constant)

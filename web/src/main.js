@@ -142,7 +142,8 @@ async function run(files, kind) {
     }
     const result = await verify(input, trust);
     const seconds = (performance.now() - started) / 1000;
-    status.textContent = `${files[0].name || 'bundle'}: ${result.checks.length} checks in ${seconds.toFixed(2)} s`;
+    const name = kind === 'folder' ? String(files[0].webkitRelativePath || '').split('/')[0] : files[0].name;
+    status.textContent = `${name || 'bundle'}: ${result.checks.length} checks in ${seconds.toFixed(2)} s`;
     show(result, { kind, files: (input.bag || { files: new Map() }).files });
     window.verification = { verdict: result.verdict, checks: result.checks, figures: result.figures, seconds };
   } catch (e) {
