@@ -29,7 +29,7 @@ from bundle import layout
 from bundle.archive import archive
 from bundle.keys import fingerprint, public_key_pem
 from tests.synthetic import make_bundle
-from tests.verify.tamper import HOSTILE, Keys, copy_bag, reseal
+from tests.verify.tamper import HOSTILE, Keys, copy_bag, reseal, synthetic_bag, verify_keys  # noqa: F401
 from tests.verify.test_tamper import TAMPERS, VIEW_LIES
 from verify import numerics
 from verify.api import Outcome, verify_path
@@ -176,13 +176,14 @@ def compare(case: Case, page: dict[str, Any], python: Outcome | str) -> list[str
 # -- the bundles --------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def keys() -> Keys:
-    return Keys(Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate())
+def keys(verify_keys: Keys) -> Keys:  # noqa: F811
+    return verify_keys
 
 
 @pytest.fixture(scope="module")
-def synthetic(tmp_path_factory: pytest.TempPathFactory, keys: Keys) -> Path:
-    return make_bundle(tmp_path_factory.mktemp("synthetic") / "bag", keys.real)
+def synthetic(synthetic_bag: Path) -> Path:  # noqa: F811
+    """The tamper suite's synthetic bundle, signed by keys.real (read-only: cases copy it)."""
+    return synthetic_bag
 
 
 def _k3_protocol() -> bytes:
@@ -211,6 +212,9 @@ def test_the_page_agrees_with_python_on_genuine_bundles(browser_ready: None, tmp
              Case("no-trusted-key", synthetic),
              Case("fingerprint", synthetic, fingerprint=fingerprint(keys.real)),
              Case("other-key-trusted", synthetic, key=keys.other)]
+    not_a_key = tmp_path / "not-a-key.pem"
+    not_a_key.write_text("-----BEGIN PUBLIC KEY-----\nbm90IGEga2V5\n-----END PUBLIC KEY-----\n")
+    cases.append(Case("unusable-trusted-key", synthetic, pem_file=not_a_key))
     probe = Case("probe", synthetic, key=keys.real, probe=True)
     SHOTS.mkdir(exist_ok=True)
     pages = run_page([*cases, probe], tmp_path, {"golden-bundle-v2.tar.gz": SHOTS / "web-verified.png",
@@ -224,6 +228,7 @@ def test_the_page_agrees_with_python_on_genuine_bundles(browser_ready: None, tmp
     assert pages["golden-bundle-v2.tar.gz"]["result"]["verdict"] == "verified-here"
     assert pages["no-trusted-key"]["result"]["verdict"] == "intact-signer-unknown-here"
     assert pages["other-key-trusted"]["result"]["verdict"] == "failed"
+    assert "not an Ed25519 public key" in pages["unusable-trusted-key"]["result"]["error"]
     for c in cases:
         if pages[c.name]["result"].get("verdict") == "verified-here":
             _figures_agree(c, pages[c.name]["result"]["figures"])

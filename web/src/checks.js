@@ -582,6 +582,8 @@ export async function verify(given, trust) {
         checks.push({ ...row, status: 'not-checked', detail: NOT_HERE });
         continue;
       }
+      // Let the page paint and take input between checks: no one check holds the tab for long.
+      await new Promise((resolve) => { setTimeout(resolve, 0); });
       let status;
       let detail;
       const t0 = performance.now();
