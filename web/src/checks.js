@@ -8,7 +8,7 @@ import * as bag from './bag.js';
 import { applyCaps, dimensions } from './caps.js';
 import { sha256 } from './digest.js';
 import { isCanonical, parseRaw, plain, Num } from './json.js';
-import { bisect, firstArgmax, metricSet, meanNll } from './numerics.js';
+import { bisect, firstArgmax, gradient, metricSet, meanNll } from './numerics.js';
 import { readPool } from './predictions.js';
 import { makeValidator, SchemaError } from './schema.js';
 import { parseEnvelope, parseStatement, readPublicKey, signatureBy } from './signature.js';
@@ -484,6 +484,140 @@ function argmaxCheck(ctx) {
   return 'argmax of every row unchanged by the temperature';
 }
 
+function batchesCheck(ctx, { pool }) {
+  const t = ctx.table(pool);
+  const path = `data/predictions/${pool}.parquet`;
+  const { batch_size: size, max_length: maxLength } = ctx.doc('data/protocol.json').inference;
+  const c = t.columns;
+  const tokens = c.token_count.map(Number);
+  if (tokens.some((n) => n < 1 || n > maxLength)) throw new bag.Failed(`${path} token counts lie outside 1..${maxLength}.`);
+  const cut = tokens.findIndex((n, i) => c.truncated[i] && n !== maxLength);
+  if (cut >= 0) throw new bag.Failed(`${path} row ${cut} is marked truncated with ${tokens[cut]} tokens, not max_length ${maxLength}.`);
+  if (c.full_token_count) {
+    const full = c.full_token_count.map(Number);
+    const r = full.findIndex((f, i) => (c.truncated[i] ? f <= maxLength : f !== tokens[i]));
+    if (r >= 0) throw new bag.Failed(`${path} row ${r} has ${full[r]} tokens before truncation and ${tokens[r]} after, truncated ${c.truncated[r]}; a row is cut exactly when it is longer than max_length ${maxLength}.`);
+  }
+  const order = [...tokens.keys()].sort((a, b) => tokens[b] - tokens[a] || (c.split_key[a] < c.split_key[b] ? -1 : c.split_key[a] > c.split_key[b] ? 1 : 0));
+  const expected = new Array(order.length);
+  order.forEach((row, position) => { expected[row] = Math.floor(position / size); });
+  const bad = expected.findIndex((e, i) => e !== Number(c.batch[i]));
+  if (bad >= 0) throw new bag.Failed(`${path} row ${bad} is in batch ${c.batch[bad]}, the protocol's batch order puts it in batch ${expected[bad]}.`);
+  return `${order.length ? Math.max(...expected) + 1 : 0} batches of ${size} in protocol order`;
+}
+
+function trajectoryCheck(ctx) {
+  const cal = ctx.table('calibration');
+  const fit = ctx.doc('data/protocol.json').fit;
+  const traj = ctx.doc('data/trajectory.json');
+  const t = ctx.doc('data/temperature.json');
+  const dims = protocolDims(ctx, ctx.doc('data/protocol.json'));
+  if (!dims) throw new bag.Failed("not checked: the protocol's sizes are beyond the verifier's bounds (see protocol.bounds).");
+  if (traj.steps.length > dims.steps) throw new bag.Failed(`trajectory.json holds ${traj.steps.length} steps, the protocol allows ${dims.steps}; not recomputed.`);
+  const bad = (why) => new bag.Failed(`the trajectory is not a valid bisection: ${why}.`);
+  const betaMin = 1 / fit.t_max;
+  const betaMax = 1 / fit.t_min;
+  if (traj.beta_min !== betaMin || traj.beta_max !== betaMax) throw bad('its bracket is not [1/t_max, 1/t_min]');
+  const gEnds = [gradient(cal, betaMin), gradient(cal, betaMax)];
+  if (!(Math.abs(traj.g_at_beta_min - gEnds[0]) <= METRIC_TOL)) throw bad(`g_at_beta_min is ${traj.g_at_beta_min}, recomputed from the logits ${gEnds[0]}`);
+  if (!(Math.abs(traj.g_at_beta_max - gEnds[1]) <= METRIC_TOL)) throw bad(`g_at_beta_max is ${traj.g_at_beta_max}, recomputed from the logits ${gEnds[1]}`);
+  const { steps } = traj;
+  if (t.boundary) {
+    if (steps.length) throw bad(`a boundary solution has ${steps.length} bisection steps, expected none`);
+    let edge;
+    if (t.boundary_side === 't_max') {
+      if (!(gEnds[0] >= -METRIC_TOL)) throw bad('boundary t_max claimed but the NLL still falls inside the interval');
+      edge = betaMin;
+    } else if (t.boundary_side === 't_min') {
+      if (!(gEnds[1] <= METRIC_TOL)) throw bad('boundary t_min claimed but the NLL still falls inside the interval');
+      edge = betaMax;
+    } else throw bad(`boundary is true but boundary_side is ${t.boundary_side}`);
+    if (t.beta !== edge || t.bracket[0] !== edge || t.bracket[1] !== edge || t.bracket.length !== 2) throw bad(`boundary ${t.boundary_side}: beta and bracket are not the edge`);
+    return `boundary solution at ${t.boundary_side}, consistent with g at the ends`;
+  }
+  if (t.boundary_side !== null) throw bad(`boundary is false but boundary_side is ${t.boundary_side}`);
+  if (!(gEnds[0] < METRIC_TOL && gEnds[1] > -METRIC_TOL)) throw bad('no sign change of g on [1/t_max, 1/t_min] yet the solution is not flagged as a boundary');
+  if (steps.length !== fit.steps) throw bad(`${steps.length} bisection steps, the protocol fixes ${fit.steps}`);
+  if (t.steps !== steps.length) throw bad(`temperature.json says ${t.steps} steps, the trajectory holds ${steps.length}`);
+  let lo = betaMin;
+  let hi = betaMax;
+  steps.forEach((s, i) => {
+    const n = i + 1;
+    if (s.step !== n) throw bad(`step ${n} is numbered ${s.step}`);
+    if (s.lo !== lo || s.hi !== hi) throw bad(`step ${n} does not start from the bracket the previous step left`);
+    if (s.mid !== (lo + hi) / 2) throw bad(`step ${n} mid is not (lo + hi) / 2`);
+    const g = gradient(cal, s.mid);
+    if (!(Math.abs(s.g - g) <= METRIC_TOL)) throw bad(`step ${n} g(${s.mid}) is ${s.g}, recomputed from the logits ${g}`);
+    const [newLo, newHi] = s.g > 0 ? [lo, s.mid] : [s.mid, hi];
+    const ulp = 4 * Number.EPSILON * Math.max(Math.abs(lo), Math.abs(hi));
+    if (!(Math.abs((newHi - newLo) - (hi - lo) / 2) <= ulp)) throw bad(`step ${n} does not halve the bracket`);
+    [lo, hi] = [newLo, newHi];
+  });
+  if (t.bracket.length !== 2 || t.bracket[0] !== lo || t.bracket[1] !== hi) throw bad('the final bracket is not where the steps end');
+  if (t.beta !== (lo + hi) / 2) throw bad('beta is not the midpoint of the final bracket');
+  const gFinal = gradient(cal, t.beta);
+  if (!(Math.abs(t.final_gradient - gFinal) <= METRIC_TOL)) throw bad(`final_gradient ${t.final_gradient}, recomputed ${gFinal}`);
+  if (!(Math.abs(gFinal) <= 1e-6)) throw bad(`the final gradient ${gFinal} is not near zero`);
+  return `${steps.length} steps, bracket halves each step, lo/hi follow the sign of g, g recomputed within 1e-9, final g = ${gFinal.toExponential(2)}`;
+}
+
+/** Python's format(x, '.1%') and format(x, 'g'), for the warnings' words. */
+const pct = (x) => `${(x * 100).toFixed(1)}%`;
+function pyG(x) {
+  if (x === 0) return '0';
+  const exp = Math.floor(Math.log10(Math.abs(x)));
+  if (exp < -4 || exp >= 6) {
+    const [m, e] = x.toExponential(5).split('e');
+    const mant = m.includes('.') ? m.replace(/\.?0+$/, '') : m;
+    const n = parseInt(e, 10);
+    return `${mant}e${n < 0 ? '-' : '+'}${String(Math.abs(n)).padStart(2, '0')}`;
+  }
+  const fixed = x.toPrecision(6);
+  return fixed.includes('.') ? fixed.replace(/\.?0+$/, '') : fixed;
+}
+
+function expectedWarnings(accuracy, k, t) {
+  const out = [];
+  if (accuracy < 1 / k) out.push(`accuracy ${pct(accuracy)} is below chance (${pct(1 / k)}): the label map is probably wrong`);
+  if (t.boundary) {
+    out.push(`T = ${pyG(t.temperature)} sits at the bound ${t.boundary_side} of the fit interval [${pyG(t.t_min)}, ${pyG(t.t_max)}]: no temperature inside it fits, which usually means a wrong label map or a broken model`);
+  }
+  return out;
+}
+
+function warningsCheck(ctx) {
+  const m = ctx.doc('data/metrics.json');
+  const k = ctx.doc('data/protocol.json').resources.dataset.labels.length;
+  const audit = ctx.table('audit');
+  let right = 0;
+  for (let i = 0; i < audit.n; i++) right += firstArgmax(audit.z, i * audit.k, audit.k) === audit.y[i] ? 1 : 0;
+  const accuracy = right / audit.n;
+  const expected = expectedWarnings(accuracy, k, ctx.doc('data/temperature.json'));
+  if (!('warnings' in m)) {
+    return expected.length ? `WARNING: ${expected.join('; WARNING: ')} (recomputed; this bundle records no warnings)` : `none called for (recomputed; this bundle records no warnings): audit accuracy ${pct(accuracy)}`;
+  }
+  if (JSON.stringify(m.warnings) !== JSON.stringify(expected)) throw new bag.Failed(`metrics.json warns ${JSON.stringify(m.warnings)}, the logits and temperature.json call for ${JSON.stringify(expected)}.`);
+  return expected.length ? `WARNING: ${expected.join('; WARNING: ')}` : `none called for: audit accuracy ${pct(accuracy)} at or above chance ${pct(1 / k)}, T inside the fit interval`;
+}
+
+function truncationCheck(ctx) {
+  const m = ctx.doc('data/metrics.json');
+  const raw = ctx.raw.get('data/metrics.json').get('truncation');
+  const maxLength = ctx.doc('data/protocol.json').inference.max_length;
+  const details = [];
+  for (const pool of POOLS) {
+    const t = ctx.table(pool);
+    if (!t.columns.full_token_count) throw new bag.Failed(`metrics.json summarises truncation, but the ${pool} predictions have no full_token_count column to check it against.`);
+    const full = t.columns.full_token_count.map(Number);
+    const expected = { rows: t.n, truncated: t.columns.truncated.filter(Boolean).length, longest_tokens: full.length ? Math.max(...full) : 0, max_length: maxLength };
+    const found = raw instanceof Map ? raw.get(pool) : undefined;
+    const same = found instanceof Map && found.size === 4 && Object.entries(expected).every(([key, v]) => found.get(key) instanceof Num && found.get(key).value === v);
+    if (!same) throw new bag.Failed(`metrics.json truncation of ${pool} is ${JSON.stringify(m.truncation[pool])}, the predictions give ${JSON.stringify(expected)}.`);
+    details.push(`${pool} ${expected.truncated} of ${expected.rows} cut (longest ${expected.longest_tokens} tokens)`);
+  }
+  return `${details.join('; ')}, at max_length ${maxLength}`;
+}
+
 // -- the table ----------------------------------------------------------------------------------
 
 const has = (ctx, path, key) => {
@@ -523,19 +657,19 @@ const TABLE = [
   ['predictions.{pool}.columns', '{pool} predictions: columns and types', columns, { each: () => POOLS.map((pool) => ({ pool })) }],
   ['predictions.{pool}.rows', '{pool} predictions: rows are the pool, in order', rowsCheck, { each: () => POOLS.map((pool) => ({ pool })), group: 'predictions' }],
   ['predictions.{pool}.probabilities', '{pool} predictions: probabilities and pred from the logits', probabilitiesCheck, { each: () => POOLS.map((pool) => ({ pool })), group: 'predictions' }],
-  ['predictions.{pool}.batches', '{pool} predictions: batches in protocol order', null, { each: () => POOLS.map((pool) => ({ pool })), group: 'predictions' }],
+  ['predictions.{pool}.batches', '{pool} predictions: batches in protocol order', batchesCheck, { each: () => POOLS.map((pool) => ({ pool })), group: 'predictions' }],
   ['cluster.batch-owners', 'every recorded batch ran on exactly one worker', null, { when: (c) => has(c, 'data/environment.json', 'cluster') && c.docs.get('data/environment.json').cluster !== null }],
   ['cluster.audit-temperature', "audit batches carried the frozen temperature's hash", null, { when: (c) => has(c, 'data/environment.json', 'cluster') && c.docs.get('data/environment.json').cluster !== null }],
   ['labels.map', "label map is a bijection onto the dataset's labels", null, { when: (c) => has(c, 'data/protocol.json', 'label_map') }],
   ['fit.record', 'temperature record consistent with protocol and logits', fitRecord, {}],
-  ['fit.trajectory', 'trajectory is a valid bisection of the NLL gradient', null, {}],
+  ['fit.trajectory', 'trajectory is a valid bisection of the NLL gradient', trajectoryCheck, {}],
   ['fit.refit', 'temperature re-fitted by another method agrees', refit, {}],
   ['metrics.record', 'metrics name the temperature and predictions in the bag', metricsRecord, {}],
   ['metrics.{pool}.{which}', '{pool} {which} metrics recomputed', metricsCheck, { each: () => POOLS.flatMap((pool) => ['raw', 'calibrated'].map((which) => ({ pool, which }))) }],
   ['metrics.argmax', 'argmax unchanged by the temperature', argmaxCheck, {}],
-  ['metrics.warnings', 'warnings are those the audit accuracy and temperature call for', null, {}],
+  ['metrics.warnings', 'warnings are those the audit accuracy and temperature call for', warningsCheck, {}],
   // listed when metrics.json holds a truncation summary, or could not be read (the check then says why)
-  ['metrics.truncation', "truncation summary restates the predictions' token counts", null, { when: (c) => !c.docs.has('data/metrics.json') || has(c, 'data/metrics.json', 'truncation') }],
+  ['metrics.truncation', "truncation summary restates the predictions' token counts", truncationCheck, { when: (c) => !c.docs.has('data/metrics.json') || has(c, 'data/metrics.json', 'truncation') }],
   ['bootstrap.record', 'bootstrap names this protocol, temperature and predictions', null, { when: (c) => wants(c, 'bootstrap') }],
   ['bootstrap.intervals', 'bootstrap resamples and intervals recomputed', null, { when: (c) => wants(c, 'bootstrap') }],
   ['stability.refit', 'stability subsets re-fitted and NLLs recomputed', null, { when: (c) => wants(c, 'stability') }],
