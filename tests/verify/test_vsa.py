@@ -207,3 +207,19 @@ def test_a_schema_violation_is_never_signed(journal: tuple[Ed25519PrivateKey, Pa
     bad["predicate"]["verificationResult"] = "MAYBE"
     with pytest.raises(vsa.Failed, match="verification summary"):
         vsa.sign(bad, key)
+
+
+def test_an_archive_refused_unread_is_named_by_its_own_sha256(journal: tuple[Ed25519PrivateKey, Path, Path],
+                                                              tmp_path: Path) -> None:
+    from bundle.archive import archive
+
+    _, private, _ = journal
+    tarball = archive(GOLDEN, tmp_path / "bundle.tar.gz")
+    tarball.write_bytes(tarball.read_bytes() + b"trailing bytes tar would read")
+    out = tmp_path / "vsa.json"
+    assert _attest(tarball, private, out) == 1
+    statement = _payload(out)
+    assert statement["subject"] == [{"name": "bundle.tar.gz",
+                                     "digest": {"sha256": hashlib.sha256(tarball.read_bytes()).hexdigest()}}]
+    assert statement["predicate"]["verificationResult"] == "FAILED"
+    assert statement["predicate"]["inputAttestations"] == []
