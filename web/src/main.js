@@ -158,9 +158,40 @@ $('archive').addEventListener('change', (e) => e.target.files.length && run(e.ta
 $('folder').addEventListener('change', (e) => e.target.files.length && run(e.target.files, 'folder'));
 const drop = $('drop');
 drop.addEventListener('dragover', (e) => e.preventDefault());
-drop.addEventListener('drop', (e) => {
+/** The files under a dropped folder, each with the relative path a folder input would give, at most
+ * LIMITS.members of them (the walk stops there; readFolder then refuses the folder). */
+async function droppedFolder(entry) {
+  const out = [];
+  const walk = async (dir, prefix) => {
+    const reader = dir.createReader();
+    for (;;) {
+      const batch = await new Promise((resolve, reject) => { reader.readEntries(resolve, reject); });
+      if (!batch.length) return;
+      for (const child of batch) {
+        if (out.length > LIMITS.members) return;
+        const rel = `${prefix}/${child.name}`;
+        if (child.isDirectory) await walk(child, rel);
+        else {
+          const file = await new Promise((resolve, reject) => { child.file(resolve, reject); });
+          Object.defineProperty(file, 'webkitRelativePath', { value: rel });
+          out.push(file);
+        }
+      }
+    }
+  };
+  await walk(entry, entry.name);
+  return out;
+}
+
+drop.addEventListener('drop', async (e) => {
   e.preventDefault();
+  const item = e.dataTransfer.items && e.dataTransfer.items[0];
+  const entry = item && item.webkitGetAsEntry ? item.webkitGetAsEntry() : null;
+  if (entry && entry.isDirectory) {
+    run(await droppedFolder(entry), 'folder');
+    return;
+  }
   const { files } = e.dataTransfer;
-  if (files.length === 1 && files[0].size) run(files, 'archive');
-  else $('status').textContent = 'drop a bundle .tar.gz here, or choose a folder with the folder button.';
+  if (files.length === 1) run(files, 'archive');
+  else $('status').textContent = 'drop one bundle .tar.gz or one bag folder here.';
 });

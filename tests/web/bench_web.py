@@ -1,7 +1,7 @@
 """Time the browser verifier (web/dist/verify.html) in headless Debian chromium on a 50,000-row bundle,
 next to the Python verifier on the same archive, and print the page's size gzipped.
 
-    python scripts/bench_web.py [--rows 50000] [--repeat 3] [--bootstrap]
+    python -m tests.web.bench_web [--rows 50000] [--repeat 3] [--bootstrap]
 
 The bundle is synthetic (tests/synthetic.py): the repository's protocol with an empty explore pool
 and the rows split evenly between the calibration and the audit pool, signed with a fresh key and
@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 
