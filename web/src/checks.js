@@ -6,7 +6,7 @@
 
 import * as bag from './bag.js';
 import { applyCaps, dimensions } from './caps.js';
-import { sha256 } from './digest.js';
+import { sha256, sha256Sync } from './digest.js';
 import { isCanonical, parseRaw, plain, Num } from './json.js';
 import { bisect, firstArgmax, gradient, metricSet, meanNll } from './numerics.js';
 import { readPool } from './predictions.js';
@@ -276,22 +276,20 @@ function protocolBounds(ctx) {
 }
 
 function splitKeys(ctx) {
-  return (async () => {
-    const pools = ctx.doc('data/pools.json');
-    const protocol = ctx.doc('data/protocol.json');
-    const { prefix } = protocol.split;
-    if (pools.prefix !== prefix) throw new bag.Failed(`pools.json prefix is '${pools.prefix}', the protocol's is '${prefix}'.`);
-    let count = 0;
-    const enc = new TextEncoder();
-    for (const [name, entries] of Object.entries(pools.pools)) {
-      const keys = await Promise.all(entries.map((e) => sha256(enc.encode(`${prefix}${e.idx}`))));
-      entries.forEach((e, i) => {
-        if (e.split_key !== keys[i]) throw new bag.Failed(`pool '${name}' entry ${i} (idx ${e.idx}) has split_key ${e.split_key.slice(0, 16)}…, sha256 of prefix + idx is ${keys[i].slice(0, 16)}….`);
-      });
-      count += entries.length;
-    }
-    return `${count} split keys equal sha256('${prefix}' + idx)`;
-  })();
+  const pools = ctx.doc('data/pools.json');
+  const protocol = ctx.doc('data/protocol.json');
+  const { prefix } = protocol.split;
+  if (pools.prefix !== prefix) throw new bag.Failed(`pools.json prefix is '${pools.prefix}', the protocol's is '${prefix}'.`);
+  let count = 0;
+  const enc = new TextEncoder();
+  for (const [name, entries] of Object.entries(pools.pools)) {
+    entries.forEach((e, i) => {
+      const key = sha256Sync(enc.encode(`${prefix}${e.idx}`));
+      if (e.split_key !== key) throw new bag.Failed(`pool '${name}' entry ${i} (idx ${e.idx}) has split_key ${e.split_key.slice(0, 16)}…, sha256 of prefix + idx is ${key.slice(0, 16)}….`);
+    });
+    count += entries.length;
+  }
+  return `${count} split keys equal sha256('${prefix}' + idx)`;
 }
 
 function assignment(ctx) {
