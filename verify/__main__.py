@@ -194,7 +194,7 @@ def _attest(args: argparse.Namespace, outcome: Outcome, attestations: tuple[Atte
         raise InputError(f"{args.bundle} has no readable signed statement to name in a summary; nothing "
                          "was written to --out.")
     statement = vsa.summary(subject, resource=args.bundle.name, protocol_sha256=digests.get("protocol"),
-                            inputs=vsa.inputs_of(digests.get("envelope"), attestations),
+                            inputs=vsa.inputs_of(digests.get("statement"), attestations),
                             checks=outcome.checks, exit_code=outcome.exit_code,
                             verifier_version=__version__, time_verified=vsa.now_utc())
     vsa.write_atomic(args.out, vsa.sign(statement, key))

@@ -35,7 +35,7 @@ class Outcome:
     assurance: str = ""
     digests: Mapping[str, str] = field(default_factory=dict)
     """sha256 of what a verification summary names (verify.vsa), each when it could be read:
-    `statement` (the envelope's payload), `envelope` (its file), `protocol` (data/protocol.json)."""
+    `statement` (the envelope's payload) and `protocol` (data/protocol.json)."""
 
 
 def verify_path(path: Path, trust: Trust | None = None, *,
@@ -85,9 +85,8 @@ def _digests(tree: BagTree | None, result: Verification) -> dict[str, str]:
             envelope = None
     if envelope is not None:
         found["statement"] = hashlib.sha256(envelope.payload).hexdigest()
-    for name, path in (("envelope", layout.PROVENANCE), ("protocol", layout.PROTOCOL_JSON)):
-        if path in files:
-            found[name] = hashlib.sha256(files[path]).hexdigest()
+    if layout.PROTOCOL_JSON in files:
+        found["protocol"] = hashlib.sha256(files[layout.PROTOCOL_JSON]).hexdigest()
     return found
 
 

@@ -165,10 +165,11 @@ def write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def inputs_of(envelope_sha256: str | None, attestations: Sequence[Attestation]) -> dict[str, str]:
-    """uri -> sha256 of every attestation the verification read: the bundle's envelope, then each
-    reproduction attestation under its file name."""
-    found = {layout.PROVENANCE: envelope_sha256} if envelope_sha256 else {}
+def inputs_of(statement_sha256: str | None, attestations: Sequence[Attestation]) -> dict[str, str]:
+    """uri -> sha256 of every attestation the verification read: the bundle's signed statement
+    (provenance.intoto.json#payload, as the subject names it), then each reproduction attestation
+    file under its name."""
+    found = {layout.SIGNED_STATEMENT_SUBJECT: statement_sha256} if statement_sha256 else {}
     for att in attestations:
         found[Path(att.source).name] = hashlib.sha256(att.data).hexdigest()
     return found

@@ -78,8 +78,8 @@ def test_a_verified_bundle_gets_a_passed_summary_securesystemslib_verifies(
     assert p["verificationResult"] == "PASSED"
     assert p["verifiedLevels"] == [vsa.SIGNATURE, vsa.RECOMPUTED]
     assert p["policy"]["digest"]["sha256"] == hashlib.sha256((GOLDEN / layout.PROTOCOL_JSON).read_bytes()).hexdigest()
-    assert p["inputAttestations"] == [{"uri": layout.PROVENANCE, "digest": {
-        "sha256": hashlib.sha256((GOLDEN / layout.PROVENANCE).read_bytes()).hexdigest()}}]
+    assert p["inputAttestations"] == [{"uri": "provenance.intoto.json#payload",
+                                       "digest": {"sha256": _statement_sha256(GOLDEN)}}]
     assert p["verifier"]["version"] == {"calibration-verify": "2.0.0"}
     assert p["timeVerified"] == "2026-01-01T00:00:00Z"
     again = tmp_path / "again.json"
