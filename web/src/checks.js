@@ -616,6 +616,51 @@ function truncationCheck(ctx) {
   return `${details.join('; ')}, at max_length ${maxLength}`;
 }
 
+const CRC_TABLE = Array.from({ length: 256 }, (_, n) => {
+  let c = n;
+  for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
+  return c >>> 0;
+});
+
+function crc32(bytes) {
+  let c = 0xffffffff;
+  for (const b of bytes) c = CRC_TABLE[(c ^ b) & 255] ^ (c >>> 8);
+  return (c ^ 0xffffffff) >>> 0;
+}
+
+/** (width, height) of a well-formed PNG: signature, chunks with right CRCs, IHDR first, IDAT, IEND last. */
+function checkPng(data, name) {
+  const signature = [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a];
+  if (data.length < 8 || signature.some((b, k) => data[k] !== b)) throw new bag.Failed(`${name} does not start with the PNG signature.`);
+  const view = new DataView(data.buffer, data.byteOffset, data.byteLength);
+  const kinds = [];
+  let size = [0, 0];
+  let pos = 8;
+  while (pos < data.length) {
+    if (pos + 12 > data.length) throw new bag.Failed(`${name} ends inside a chunk header at byte ${pos}.`);
+    const length = view.getUint32(pos);
+    const kind = String.fromCharCode(...data.subarray(pos + 4, pos + 8));
+    if (pos + 12 + length > data.length) throw new bag.Failed(`${name}: chunk ${kind} at byte ${pos} runs past the end.`);
+    if (crc32(data.subarray(pos + 4, pos + 8 + length)) !== view.getUint32(pos + 8 + length)) throw new bag.Failed(`${name}: chunk ${kind} at byte ${pos} has a wrong CRC.`);
+    if (kind === 'IHDR' && length === 13) size = [view.getUint32(pos + 8), view.getUint32(pos + 12)];
+    kinds.push(kind);
+    pos += 12 + length;
+  }
+  if (!kinds.length || kinds[0] !== 'IHDR' || kinds[kinds.length - 1] !== 'IEND' || !kinds.includes('IDAT')) throw new bag.Failed(`${name} is not a complete PNG (IHDR first, IDAT, IEND last).`);
+  if (!(size[0] > 0 && size[1] > 0)) throw new bag.Failed(`${name} has an empty image (${size[0]}x${size[1]}).`);
+  return size;
+}
+
+function pngCheck(ctx) {
+  const sizes = ['data/figures/confidence-audit.png', 'data/figures/reliability-audit.png'].map((p) => {
+    const data = ctx.bag.files.get(p);
+    if (!data) throw new bag.Failed(`${p} is missing.`);
+    const [w, h] = checkPng(data, p);
+    return `${p.split('/').pop()} ${w}x${h}`;
+  });
+  return `well-formed PNG: ${sizes.join(', ')}`;
+}
+
 // -- the table ----------------------------------------------------------------------------------
 
 const has = (ctx, path, key) => {
@@ -680,7 +725,7 @@ const TABLE = [
   ['crate.signer', "crate names the bag's signer", null, {}],
   ['crate.publication', 'crate states the signed licence, publisher and authors', null, {}],
   ['crate.regenerated', "crate is the verifier's rendering of the records", null, {}],
-  ['figures.png', 'figures are well-formed PNG images', null, {}],
+  ['figures.png', 'figures are well-formed PNG images', pngCheck, {}],
   ['figures.regenerated', "figures are the verifier's drawing of the records", null, {}],
 ];
 
