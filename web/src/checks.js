@@ -261,6 +261,7 @@ function jsonFile(ctx, { path, name }) {
 function statementCheck(ctx) {
   const statement = ctx.need(ctx.statement, 'the signed statement');
   schemaCheck(statement, 'statement', 'the signed statement');
+  ctx.docs.set('predicate', statement.predicate);
   return `valid against ${schemaId('statement')} and ${schemaId('predicate')}`;
 }
 
@@ -273,6 +274,22 @@ function protocolBounds(ctx) {
   const dims = protocolDims(ctx, ctx.doc('data/protocol.json'));
   if (!dims) throw new bag.Failed("the protocol's sizes are beyond the verifier's bounds (FORMAT.md, Limits); the verifier refuses a bundle it cannot check in bounded time and memory.");
   return `${dims.rows.toLocaleString('en-US')} rows, ${dims.classes} classes, ${dims.steps} steps: within the verifier's bounds`;
+}
+
+async function protocolHash(ctx) {
+  const sha = await ctx.sha('data/protocol.json');
+  const named = [['bag-info.txt Protocol-SHA256', ctx.need(ctx.info, 'bag-info.txt')['Protocol-SHA256']]];
+  for (const path of ['data/pools.json', 'data/temperature.json', 'data/trajectory.json', 'data/metrics.json', 'data/stages.json']) {
+    named.push([`${path} protocol_sha256`, ctx.doc(path).protocol_sha256]);
+  }
+  for (const path of Object.values(SECTION_FILES)) {
+    if (ctx.docs.has(path) || ctx.bag.files.has(path)) named.push([`${path} protocol_sha256`, ctx.doc(path).protocol_sha256]);
+  }
+  for (const stage of ctx.doc('data/stages.json').stages) named.push([`stages.json stage '${stage.name}'`, stage.protocol_sha256]);
+  named.push(['the signed predicate', ctx.doc('predicate').protocol_sha256]);
+  const wrong = named.filter(([, v]) => v !== sha).map(([where]) => where);
+  if (wrong.length) throw new bag.Failed(`data/protocol.json hashes to ${sha.slice(0, 16)}…, but ${wrong.slice(0, 5).join(', ')} name${wrong.length === 1 ? 's' : ''} another protocol.`);
+  return `${named.length} records name the protocol in the bag (sha256 ${sha.slice(0, 16)}…)`;
 }
 
 function splitKeys(ctx) {
@@ -689,7 +706,7 @@ const TABLE = [
   ['json.statement', "signed statement valid against the verifier's schema", statementCheck, {}],
   ['format.fields', 'records hold every field their format requires', null, {}],
   ['protocol.bounds', "protocol's sizes within the verifier's bounds", protocolBounds, {}],
-  ['protocol.hash', 'every record names the protocol in the bag', null, {}],
+  ['protocol.hash', 'every record names the protocol in the bag', protocolHash, {}],
   ['resources.pins', "resources agree with the protocol's pins and the profile", null, {}],
   ['stages.records', 'stage records hash the files in the bag', null, {}],
   ['stages.audit-after-fit', 'audit inference consumed the frozen temperature', null, {}],
