@@ -8,7 +8,7 @@ KEY ?=
 BUNDLE ?=
 TRUSTED_KEY ?=
 
-.PHONY: help install test test-slow test-fast lint standin-run smoke verify bench
+.PHONY: help install test test-slow test-fast lint standin-run smoke verify bench web
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -49,6 +49,15 @@ verify: ## verify a bundle without torch: make verify BUNDLE=DIR|TAR.GZ [TRUSTED
 
 bench: ## performance benchmark; prints a table and writes bench.json
 	$(PY) scripts/bench.py
+
+# The browser verifier: npm packages exactly as web/package-lock.json pins them (integrity-checked;
+# no install scripts, no browser download), then the page, the same bytes every time.
+web/node_modules/.installed: web/package.json web/package-lock.json
+	cd web && PUPPETEER_SKIP_DOWNLOAD=1 npm ci --ignore-scripts --no-audit --no-fund
+	touch $@
+
+web: web/node_modules/.installed ## build the browser verifier web/dist/verify.html (committed; same bytes twice)
+	cd web && node build.mjs
 
 # ---- dependency locks, wheelhouse, container ------------------------------------------------
 # HOSTPY: a CPython 3.11 on linux x86_64 whose pip reaches the CPU torch wheel (find-links).

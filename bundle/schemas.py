@@ -40,6 +40,7 @@ SCHEMA_NAMES = (
     "sweep",
     "sweep-plan",
     "sweep-index",
+    "vsa",
 )
 """Every schema the format defines."""
 

@@ -1,5 +1,6 @@
 """`python -m verify BUNDLE [--trusted-key PUB.pem ... [--threshold N] | --trusted-fingerprint HEX]
-[--json REPORT] [--reproduction ATT.json --trusted-reproducer PUB.pem]...`.
+[--json REPORT] [--reproduction ATT.json --trusted-reproducer PUB.pem]... [--attest KEY.pem --out VSA.json]`;
+`python -m verify --vsa VSA.json --trusted-verifier PUB.pem [BUNDLE]` reads a verification summary back.
 
 Exit codes: 0 verified with a trusted signer; 1 a check failed; 2 usage or unreadable input;
 3 every check passed but no trusted key was given (integrity holds, signer not established)."""
@@ -12,10 +13,13 @@ import os
 import sys
 from pathlib import Path
 
-from verify import limits, reproduction, signature, sweep, verdict_output
-from verify.api import verify_path
-from verify.context import Trust
-from verify.result import EXIT_UNREADABLE, InputError
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from bundle import layout
+from verify import __version__, limits, reproduction, signature, sweep, verdict_output, vsa
+from verify.api import Outcome, verify_path
+from verify.context import Attestation, Trust
+from verify.result import EXIT_FAILED, EXIT_OK, EXIT_UNREADABLE, Failed, InputError
 
 
 def _say(message: str) -> None:
@@ -76,8 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "recomputed from the stored logits.",
                 epilog="exit codes: 0 verified with a trusted signer; 1 a check failed; 2 usage "
                        "or unreadable input; 3 every check passed but no trusted key was given")
-    p.add_argument("bundle", type=_path, help="the bag folder, the bundle .tar.gz archive, or a sweep directory "
-                                              "(python -m job sweep)")
+    p.add_argument("bundle", type=_path, nargs="?",
+                   help="the bag folder, the bundle .tar.gz archive, or a sweep directory (python -m job sweep)")
     trust = p.add_mutually_exclusive_group()
     trust.add_argument("--trusted-key", metavar="PUB.pem", action="append",
                        help="a trusted signer's Ed25519 public key (SubjectPublicKeyInfo PEM); "
@@ -98,6 +102,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--require-bit-identical", action="store_true",
                    help="count a reproduction only when its logits are the bundle's bit for bit, not "
                         "merely equivalent within the protocol's tolerance")
+    p.add_argument("--attest", metavar="KEY.pem", type=_path,
+                   help="sign a verification summary (SLSA VSA v1) of this verification with this Ed25519 "
+                        "private key; needs --out and a trusted key")
+    p.add_argument("--out", metavar="VSA.json", type=_path, help="where --attest writes the summary")
+    p.add_argument("--vsa", metavar="VSA.json", type=_path,
+                   help="read a verification summary back (with --trusted-verifier; BUNDLE, if given, must "
+                        "be its subject)")
+    p.add_argument("--trusted-verifier", metavar="PUB.pem", action="append", default=[],
+                   help="an Ed25519 public key whose verification summaries count; repeatable")
     return p
 
 
@@ -113,6 +126,8 @@ def _write_report(path: Path, text: str) -> None:
 
 def _verify_sweep(args: argparse.Namespace) -> int:
     """A sweep directory: every planned member verified under the --trusted-key(s), one table."""
+    if args.attest is not None:
+        raise InputError("--attest summarises one bundle; pass a member folder under members/ for it.")
     if not args.trusted_key:
         raise InputError(f"{args.bundle} is a sweep; pass --trusted-key PUB.pem, the key that signed its plan.")
     if args.protocol is not None or args.json is not None:
@@ -130,10 +145,68 @@ def _verify_sweep(args: argparse.Namespace) -> int:
     return outcome.exit_code
 
 
+def _usage(args: argparse.Namespace) -> None:
+    """The combinations of options that mean nothing, refused before anything is read."""
+    if args.vsa is None and args.bundle is None:
+        raise InputError("the bundle argument is required: pass the bag folder or .tar.gz to verify, or --vsa "
+                         "VSA.json to read a verification summary.")
+    if args.vsa is not None and (args.attest is not None or not args.trusted_verifier):
+        raise InputError("--vsa reads a summary back and needs --trusted-verifier PUB.pem (and no --attest); "
+                         "pass the public key of the party that signed it.")
+    if (args.attest is None) != (args.out is None):
+        raise InputError("--attest KEY.pem and --out VSA.json go together; pass both to sign a summary.")
+    if args.attest is not None and not (args.trusted_key or args.trusted_fingerprint):
+        raise InputError("--attest signs what was established under a trusted key; pass --trusted-key PUB.pem "
+                         "(or --trusted-fingerprint).")
+
+
+def _read_vsa(args: argparse.Namespace) -> int:
+    """--vsa: the summary, signed by a trusted verifier, printed; with BUNDLE, whether it is that
+    bundle's. Exit 0 only for a PASSED summary about the bundle given (or no bundle given)."""
+    keys = [signature.load_trusted_key(str(k)) for k in args.trusted_verifier]
+    data = limits.read_small_file(args.vsa, "the verification summary", vsa.MAX_VSA_BYTES)
+    try:
+        found = vsa.read_summary(data, str(args.vsa), keys)
+    except Failed as exc:
+        _out(f"REJECTED: {exc}\n")
+        return EXIT_FAILED
+    statement = None
+    if args.bundle is not None:
+        statement = verify_path(args.bundle).digests.get("statement")
+        if statement is None:
+            raise InputError(f"{args.bundle}'s signed statement cannot be read; pass the bundle the summary "
+                             "is about.")
+    _out(vsa.describe(found, statement))
+    about = statement is None or (found.subject.sha256 == statement)
+    return EXIT_OK if about and found.predicate["verificationResult"] == "PASSED" else EXIT_FAILED
+
+
+def _attest(args: argparse.Namespace, outcome: Outcome, attestations: tuple[Attestation, ...],
+            key: Ed25519PrivateKey) -> None:
+    """--attest: sign the summary of `outcome` and write it to --out, whole or not at all."""
+    digests = outcome.digests
+    if "statement" in digests:
+        subject = vsa.Subject(layout.SIGNED_STATEMENT_SUBJECT, digests["statement"])
+    elif outcome.kind == "archive":
+        data = args.bundle.read_bytes()
+        subject = vsa.Subject(args.bundle.name, hashlib.sha256(data).hexdigest())
+    else:
+        raise InputError(f"{args.bundle} has no readable signed statement to name in a summary; nothing "
+                         "was written to --out.")
+    statement = vsa.summary(subject, resource=args.bundle.name, protocol_sha256=digests.get("protocol"),
+                            inputs=vsa.inputs_of(digests.get("statement"), attestations),
+                            checks=outcome.checks, exit_code=outcome.exit_code,
+                            verifier_version=__version__, time_verified=vsa.now_utc())
+    vsa.write_atomic(args.out, vsa.sign(statement, key))
+
+
 def main(argv: list[str] | None = None) -> int:
     _tolerant_stdio()
     args = build_parser().parse_args(argv)
     try:
+        _usage(args)
+        if args.vsa is not None:
+            return _read_vsa(args)
         if not args.bundle.exists() and not args.bundle.is_symlink():
             raise InputError(f"{args.bundle} does not exist; pass a bag folder or a bundle "
                              ".tar.gz.")
@@ -160,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
                                       ).hexdigest()
         attestations = tuple(reproduction.load_attestation(a) for a in args.reproduction)
         reproducers = tuple(signature.load_trusted_key(k) for k in args.trusted_reproducer)
+        attesting = vsa.load_attesting_key(str(args.attest)) if args.attest is not None else None
         outcome = verify_path(args.bundle, trust, expected_protocol_sha256=expected,
                               attestations=attestations, reproducers=reproducers,
                               require_bit_identical=args.require_bit_identical)
@@ -178,6 +252,15 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, UnicodeError, ValueError) as exc:
         _say(f"cannot write the report{f' to {args.json}' if args.json else ''} "
              f"({limits.describe(exc)}); choose another path.")
+        return EXIT_UNREADABLE
+    try:
+        if attesting is not None:
+            _attest(args, outcome, attestations, attesting)
+    except InputError as exc:
+        _say(str(exc))
+        return EXIT_UNREADABLE
+    except OSError as exc:
+        _say(f"cannot write the summary to {args.out} ({limits.describe(exc)}); choose another path.")
         return EXIT_UNREADABLE
     return outcome.exit_code
 

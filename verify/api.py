@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from bundle import layout
+from bundle.dsse import Envelope
+from bundle.errors import EnvelopeError
 from verify import extract
 from verify.checks import Verification, verify_tree
 from verify.context import Attestation, Reading, Trust
@@ -28,6 +33,9 @@ class Outcome:
     notes: list[str]
     """What the bag holds outside the signed statement; never part of the verdict."""
     assurance: str = ""
+    digests: Mapping[str, str] = field(default_factory=dict)
+    """sha256 of what a verification summary names (verify.vsa), each when it could be read:
+    `statement` (the envelope's payload) and `protocol` (data/protocol.json)."""
 
 
 def verify_path(path: Path, trust: Trust | None = None, *,
@@ -41,12 +49,15 @@ def verify_path(path: Path, trust: Trust | None = None, *,
     trust = trust or Trust()
     start = time.perf_counter()
     path = Path(path)
+    digests: dict[str, str] = {}
 
     def run(tree: BagTree | None, reading: Reading) -> Verification:
-        return verify_tree(tree, trust, reading=reading,
-                           expected_protocol_sha256=expected_protocol_sha256,
-                           attestations=attestations, reproducers=reproducers,
-                           require_bit_identical=require_bit_identical)
+        result = verify_tree(tree, trust, reading=reading,
+                             expected_protocol_sha256=expected_protocol_sha256,
+                             attestations=attestations, reproducers=reproducers,
+                             require_bit_identical=require_bit_identical)
+        digests.update(_digests(tree, result))
+        return result
 
     if extract.is_archive(path):
         with tempfile.TemporaryDirectory(prefix="verify-") as tmp:
@@ -57,7 +68,26 @@ def verify_path(path: Path, trust: Trust | None = None, *,
         kind = "folder"
     return Outcome(str(path), kind, trust, result.checks, exit_code(result.checks),
                    time.perf_counter() - start, result.signer_fingerprint, result.notes,
-                   result.assurance)
+                   result.assurance, digests)
+
+
+def _digests(tree: BagTree | None, result: Verification) -> dict[str, str]:
+    """Outcome.digests of the bag read and the envelope the checks parsed. A bag rejected before its
+    envelope was read still names its statement when the envelope parses: the digest only names
+    what a FAILED summary is about, nothing is trusted from it."""
+    found = {}
+    files = tree.files if tree is not None else {}
+    envelope = result.envelope
+    if envelope is None and layout.PROVENANCE in files:
+        try:
+            envelope = Envelope.from_json(files[layout.PROVENANCE])
+        except EnvelopeError:
+            envelope = None
+    if envelope is not None:
+        found["statement"] = hashlib.sha256(envelope.payload).hexdigest()
+    if layout.PROTOCOL_JSON in files:
+        found["protocol"] = hashlib.sha256(files[layout.PROTOCOL_JSON]).hexdigest()
+    return found
 
 
 def _read_archive(path: Path, dest: Path) -> tuple[BagTree | None, Reading]:

@@ -101,6 +101,18 @@ def _sweep_examples() -> dict[str, Any]:
     return {"sweep": sweep, "sweep-plan": plan["predicate"], "sweep-index": index["predicate"]}
 
 
+def _vsa() -> dict[str, Any]:
+    from verify import vsa
+    from verify.result import Check
+
+    checks = [Check("signature.signer-trusted", "signer is the trusted key", "pass", "signed"),
+              Check("reproduction.1.signed", "attestation 1 signed", "pass", "by the trusted reproducer"),
+              Check("reproduction.1.reproduced", "attestation 1 reproduced", "pass", "bit-identical: 20 rows")]
+    return vsa.summary(vsa.Subject(layout.SIGNED_STATEMENT_SUBJECT, HEX), resource="out/run", protocol_sha256=HEX,
+                       inputs={layout.PROVENANCE: HEX, "reproduction.intoto.json": HEX}, checks=checks,
+                       exit_code=0, verifier_version="2.0.0", time_verified="2026-01-01T00:00:00Z")
+
+
 @pytest.fixture(scope="module")
 def good(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     bag = tmp_path_factory.mktemp("payload")
@@ -119,6 +131,7 @@ def good(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "envelope": envelope,
         "reproduction": _reproduction(),
         **_sweep_examples(),
+        "vsa": _vsa(),
     }
 
 
@@ -285,6 +298,15 @@ def _bundle_documents(bundle: Path, lock: Path, out: Path) -> dict[str, Path]:
                  "--signing-key", str(out / "reproducer" / "signing-key.pem"), "--sample", "4", "--seed", "1"]) == 0
     docs["reproduction"] = out / "reproduction.json"
     docs["reproduction"].write_bytes(Envelope.from_json(attestation.read_bytes()).payload)
+    from verify.__main__ import main as verify_main
+
+    summary = out / "vsa.intoto.json"
+    assert verify_main([str(bundle), "--trusted-key", str(bundle / layout.SIGNER_PUB),
+                        "--reproduction", str(attestation),
+                        "--trusted-reproducer", str(out / "reproducer" / "signing-key.pub.pem"),
+                        "--attest", str(out / "reproducer" / "signing-key.pem"), "--out", str(summary)]) == 0
+    docs["vsa"] = out / "vsa.json"
+    docs["vsa"].write_bytes(Envelope.from_json(summary.read_bytes()).payload)
     from tests.sweeps import build_sweep_dir, write_sweep
 
     docs["sweep"] = write_sweep(out / "sweep.json", (bundle / layout.PROTOCOL_JSON, lock), prefixes=["s:"])

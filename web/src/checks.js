@@ -1,0 +1,811 @@
+// The page's check table: the Python verifier's check ids and titles (verify/README.md), in its
+// order, each with this page's own check or none. A check the page does not perform is listed as
+// "not checked here: run the Python verifier", never as passed. As in the Python verifier, the
+// bag is authenticated first (tag files, manifests, digests, signature, subjects, trusted key)
+// and once one of those checks fails every later check is skipped unread.
+
+import * as bag from './bag.js';
+import { applyCaps, dimensions } from './caps.js';
+import { sha256, sha256Sync } from './digest.js';
+import { isCanonical, parseRaw, plain, Num } from './json.js';
+import { bisect, firstArgmax, gradient, metricSet, meanNll } from './numerics.js';
+import { readPool } from './predictions.js';
+import { makeValidator, SchemaError } from './schema.js';
+import { parseEnvelope, parseStatement, readPublicKey, signatureBy } from './signature.js';
+import SCHEMAS from './schemas.generated.js';
+
+export const NOT_HERE = 'not checked here: run the Python verifier';
+export const VERDICTS = {
+  verified: 'VERIFIED: every check passed and the bundle is signed by the trusted key.',
+  'intact-signer-unknown': 'INTEGRITY HOLDS, SIGNER NOT ESTABLISHED: every check passed, but no trusted key was given; pass --trusted-key PUB.pem or --trusted-fingerprint HEX.',
+  failed: "REJECTED: at least one check failed; do not use this bundle's figures.",
+};
+/** When no check failed but some are not performed here, the page never claims the Python verdict:
+ * it says how far it got, in the Python verifier's words for that part. */
+export const PARTIAL = {
+  verified: 'VERIFIED AS FAR AS THIS PAGE CHECKS: every check this page performs passed and the bundle is signed by the trusted key; the checks not performed here need the Python verifier (python -m verify).',
+  'intact-signer-unknown': 'INTEGRITY HOLDS AS FAR AS THIS PAGE CHECKS, SIGNER NOT ESTABLISHED: every check this page performs passed, but no trusted key was given; paste the signer\'s public key or open the page with #fingerprint=HEX.',
+};
+
+const POOLS = ['calibration', 'audit'];
+const METRIC_TOL = 1e-9;
+const REFIT_REL_TOL = 1e-6;
+const PAYLOAD_SCHEMAS = [
+  ['data/protocol.json', 'protocol'], ['data/resources.json', 'resources'], ['data/pools.json', 'pools'],
+  ['data/temperature.json', 'temperature'], ['data/trajectory.json', 'trajectory'], ['data/metrics.json', 'metrics'],
+  ['data/stages.json', 'stages'], ['data/environment.json', 'environment'], ['data/bootstrap.json', 'bootstrap'],
+  ['data/stability.json', 'stability'],
+];
+const SECTION_FILES = { bootstrap: 'data/bootstrap.json', stability: 'data/stability.json' };
+const PAYLOAD_FILES = [
+  'data/environment.json', 'data/figures/confidence-audit.png', 'data/figures/reliability-audit.png', 'data/metrics.json',
+  'data/pools.json', 'data/predictions/audit.parquet', 'data/predictions/calibration.parquet', 'data/protocol.json',
+  'data/report.md', 'data/resources.json', 'data/ro-crate-metadata.json', 'data/stages.json', 'data/temperature.json',
+  'data/trajectory.json',
+];
+const schemaId = (name) => `https://calibration-runs.example/schemas/${name}/v1`;
+const validate = makeValidator(SCHEMAS);
+
+/** A check could not run: a fact it needs was not established (the runner reports a skip). */
+class Skip extends Error {}
+
+/** The context the checks share: the bag, the trust, and what earlier checks established. */
+class Context {
+  constructor(input, trust) {
+    this.input = input; // {kind: 'archive'|'folder', bag?, failure?, detail?}
+    this.trust = trust; // {keys: [{key, raw, fingerprint, source}], threshold, fingerprint}
+    this.bag = input.bag || null;
+    this.notes = [];
+    this.docs = new Map();
+    this.raw = new Map();
+    this.tables = new Map();
+    this.figures = {};
+  }
+
+  doc(path) {
+    if (!this.docs.has(path)) throw new Skip(`skipped: ${path} was not read (its json check did not pass)`);
+    return this.docs.get(path);
+  }
+
+  table(pool) {
+    if (!this.tables.has(pool)) throw new Skip(`skipped: the ${pool} predictions were not read (predictions.${pool}.columns did not pass)`);
+    return this.tables.get(pool);
+  }
+
+  need(value, what) {
+    if (value === undefined || value === null) throw new Skip(`skipped: ${what} was not established`);
+    return value;
+  }
+
+  async sha(path) {
+    return sha256(this.bag.files.get(path));
+  }
+}
+
+// -- authentication -----------------------------------------------------------------------------
+
+function archiveSafe(ctx) {
+  if (ctx.input.failure) throw new bag.Failed(ctx.input.failure);
+  return ctx.input.detail;
+}
+
+function layoutCheck(ctx) {
+  if (!ctx.bag) throw new bag.Failed(ctx.input.failure || 'the bag could not be read.');
+  return bag.layout(ctx.bag, ctx.notes);
+}
+
+async function manifestSha256(ctx) {
+  const { detail, entries } = await bag.manifest(ctx.bag, bag.TAG.sha256, 'sha256');
+  ctx.manifest = entries;
+  return detail;
+}
+
+async function manifestOther(ctx) {
+  const others = [...bag.manifests(ctx.bag, false)].filter(([n]) => n !== bag.TAG.sha256 && n !== bag.TAG.sha512);
+  if (others.some(([, alg]) => !bag.algorithmOf(alg))) return null; // an algorithm WebCrypto lacks
+  for (const [name, alg] of others) await bag.manifest(ctx.bag, name, alg);
+  return others.length ? `${others.length} other payload manifests match` : 'no other payload manifests';
+}
+
+function infoCheck(ctx) {
+  const { detail, info } = bag.info(ctx.bag, ctx.notes);
+  ctx.info = info;
+  return detail;
+}
+
+function envelopeCheck(ctx) {
+  const data = ctx.bag.files.get(bag.TAG.provenance);
+  if (!data) throw new bag.Failed(`the bundle is unsigned: ${bag.TAG.provenance} is missing, so nothing ties the payload to a signer.`);
+  let doc;
+  try {
+    doc = plain(parseRaw(data, bag.TAG.provenance));
+  } catch (e) {
+    throw new bag.Failed(e.message);
+  }
+  ctx.envelope = parseEnvelope(doc, bag.TAG.provenance);
+  schemaCheck(doc, 'envelope', bag.TAG.provenance);
+  const count = ctx.envelope.signatures.length;
+  return `DSSE envelope, payloadType ${ctx.envelope.payloadType}, ${count} signature${count > 1 ? 's' : ''}`;
+}
+
+async function validCheck(ctx) {
+  const env = ctx.need(ctx.envelope, 'the envelope');
+  const pem = ctx.bag.files.get(bag.TAG.signer);
+  if (!pem) throw new bag.Failed(`${bag.TAG.signer} is missing; the signer's key is not in the bag.`);
+  const key = await readPublicKey(new TextDecoder().decode(pem), bag.TAG.signer);
+  const named = (ctx.info || {})['Signer-Fingerprint'];
+  if (named !== undefined && named !== key.fingerprint) throw new bag.Failed(`bag-info.txt names signer ${named.slice(0, 16)}…, the signing key is ${key.fingerprint.slice(0, 16)}….`);
+  if ((await signatureBy(env, key)) < 0) throw new bag.Failed(`the DSSE signature does not verify under ${bag.TAG.signer} (fingerprint ${key.fingerprint.slice(0, 16)}…); the statement or the signature was changed after signing, or the key was replaced.`);
+  const { statement, digests } = parseStatement(env.payload);
+  ctx.statement = statement;
+  ctx.subjects = digests;
+  ctx.signer = key;
+  return `Ed25519 signature valid, signer fingerprint ${key.fingerprint}`;
+}
+
+function formatVersion(ctx) {
+  const statement = ctx.need(ctx.statement, 'the signed statement');
+  const fmt = statement.predicate.format;
+  if (!fmt || typeof fmt !== 'object' || !Number.isInteger(fmt.version) || typeof fmt.oldest_verifier !== 'string') {
+    throw new bag.Failed('the signed predicate states no format version (format.version and format.oldest_verifier).');
+  }
+  if (![1, 2].includes(fmt.version)) throw new bag.Failed(`this bundle is format ${fmt.version}, which this page does not read (it reads format 1, 2); run the Python verifier.`);
+  return `format ${fmt.version}`;
+}
+
+async function subjectsCheck(ctx) {
+  const subjects = ctx.need(ctx.subjects, 'the signed statement');
+  const manifest = ctx.need(ctx.manifest, 'the manifest');
+  const signed = [...subjects.keys()];
+  const missing = [...manifest.keys()].filter((p) => !subjects.has(p)).sort();
+  const extra = signed.filter((p) => !manifest.has(p)).sort();
+  if (missing.length || extra.length) throw new bag.Failed(`the signed subjects differ from manifest-sha256.txt: not signed ${JSON.stringify(missing.slice(0, 5))}, signed but not in the bag ${JSON.stringify(extra.slice(0, 5))}.`);
+  let others = 0;
+  for (const name of signed.sort()) {
+    const d = subjects.get(name);
+    const file = ctx.bag.files.get(name);
+    const actual = file ? await sha256(file) : 'missing';
+    if (d.sha256 !== manifest.get(name) || d.sha256 !== actual) throw new bag.Failed(`sha256 mismatch for '${name}': the signed statement says ${d.sha256.slice(0, 16)}…, the file ${actual.slice(0, 16)}…; the payload was changed after signing.`);
+    for (const [alg, value] of Object.entries(d).sort()) {
+      if (alg === 'sha256') continue;
+      const algorithm = bag.algorithmOf(alg);
+      if (!algorithm) return null; // a digest WebCrypto cannot compute: the Python verifier checks it
+      const { sha } = await import('./digest.js');
+      if ((await sha(algorithm, file)) !== value) throw new bag.Failed(`${alg} mismatch for '${name}': the payload was changed after signing.`);
+      others++;
+    }
+  }
+  return `${signed.length} subjects, equal to the manifest and to the files${others ? `, and ${others} other signed digests` : ''}`;
+}
+
+async function trustedCheck(ctx) {
+  const env = ctx.need(ctx.envelope, 'the envelope');
+  const signer = ctx.need(ctx.signer, 'the signer');
+  const { keys, threshold, fingerprint } = ctx.trust;
+  if (keys.length) {
+    const trusted = new Set();
+    for (const key of keys) if ((await signatureBy(env, key)) >= 0) trusted.add(key.fingerprint);
+    if (trusted.size >= threshold) return `signed by ${trusted.size} trusted key(s), ${threshold} required`;
+    throw new bag.Failed(`signed by ${signer.fingerprint.slice(0, 16)}…, not by the trusted key(s): ${trusted.size} of the ${threshold} required trusted signatures verify; the bundle was re-signed by someone else, or a required signature is missing.`);
+  }
+  if (fingerprint) {
+    if (fingerprint !== signer.fingerprint) throw new bag.Failed(`signed by ${signer.fingerprint.slice(0, 16)}…, not by the trusted fingerprint ${fingerprint.slice(0, 16)}…; the bundle was re-signed by someone else.`);
+    return `signer has the trusted fingerprint ${fingerprint.slice(0, 16)}…`;
+  }
+  throw new Skip(`no trusted key given: the bundle is intact and signed by ${signer.fingerprint.slice(0, 16)}…, but whose key that is is not established; give the signer's public key`);
+}
+
+// -- content ------------------------------------------------------------------------------------
+
+function schemaCheck(doc, name, source) {
+  try {
+    validate(doc, schemaId(name));
+  } catch (e) {
+    if (e instanceof SchemaError) throw new bag.Failed(`${source} does not follow the schema ${schemaId(name)} ${e.message}.`);
+    throw e;
+  }
+}
+
+function expectedPayload(ctx) {
+  const raw = ctx.bag.files.get('data/protocol.json');
+  if (!raw) return PAYLOAD_FILES;
+  const protocol = plain(parseRaw(raw, 'data/protocol.json'));
+  if (!protocol || typeof protocol !== 'object' || Array.isArray(protocol)) throw new bag.Failed('data/protocol.json is not a JSON object.');
+  return [...PAYLOAD_FILES, ...Object.entries(SECTION_FILES).filter(([s]) => s in protocol).map(([, p]) => p)].sort();
+}
+
+function payloadFiles(ctx) {
+  const found = new Set(bag.payload(ctx.bag));
+  let expected;
+  try {
+    expected = new Set(expectedPayload(ctx));
+  } catch (e) {
+    throw new bag.Failed(`the expected payload depends on the protocol, which cannot be read: ${e.message}`);
+  }
+  const missing = [...expected].filter((p) => !found.has(p)).sort();
+  const extra = [...found].filter((p) => !expected.has(p)).sort();
+  const empty = [...ctx.bag.dirs].filter((d) => d.startsWith('data/') && ![...found].some((p) => p.startsWith(`${d}/`))).sort();
+  if (missing.length || extra.length || empty.length) throw new bag.Failed(`data/ does not hold exactly the format's payload: missing ${JSON.stringify(missing)}, extra ${JSON.stringify(extra)}, empty folders ${JSON.stringify(empty)}.`);
+  return `exactly the ${expected.size} payload files the format requires for this protocol`;
+}
+
+function jsonFiles(ctx) {
+  if (!ctx.bag) return []; // an archive that could not be read: no bag, no payload to name
+  let expected;
+  try {
+    expected = new Set(ctx.bag && ctx.bag.files.size ? expectedPayload(ctx) : PAYLOAD_FILES);
+  } catch {
+    expected = new Set(PAYLOAD_FILES);
+  }
+  return PAYLOAD_SCHEMAS.filter(([p]) => expected.has(p) || (ctx.bag && ctx.bag.files.has(p))).map(([path, name]) => ({ path, name }));
+}
+
+function jsonFile(ctx, { path, name }) {
+  const data = ctx.bag.files.get(path);
+  if (!data) throw new bag.Failed(`${path} is missing.`);
+  let raw;
+  try {
+    raw = parseRaw(data, path);
+  } catch (e) {
+    throw new bag.Failed(e.message);
+  }
+  const canonical = path !== 'data/protocol.json';
+  if (canonical && !isCanonical(data, raw)) throw new bag.Failed(`${path} is valid JSON but not canonical (sorted keys, no spaces, floats as repr, one trailing newline); it was edited by hand.`);
+  const doc = plain(raw);
+  schemaCheck(doc, name, path);
+  ctx.docs.set(path, doc);
+  ctx.raw.set(path, raw);
+  return `${canonical ? 'canonical, ' : 'strict JSON, '}valid against ${schemaId(name)}`;
+}
+
+function statementCheck(ctx) {
+  const statement = ctx.need(ctx.statement, 'the signed statement');
+  schemaCheck(statement, 'statement', 'the signed statement');
+  ctx.docs.set('predicate', statement.predicate);
+  return `valid against ${schemaId('statement')} and ${schemaId('predicate')}`;
+}
+
+/** The protocol's sizes (caps.dimensions) once data/protocol.json was read, or null beyond the bounds. */
+function protocolDims(ctx, protocol) {
+  return protocol ? dimensions(ctx.bag.files.get('data/protocol.json')) : null;
+}
+
+function protocolBounds(ctx) {
+  const dims = protocolDims(ctx, ctx.doc('data/protocol.json'));
+  if (!dims) throw new bag.Failed("the protocol's sizes are beyond the verifier's bounds (FORMAT.md, Limits); the verifier refuses a bundle it cannot check in bounded time and memory.");
+  return `${dims.rows.toLocaleString('en-US')} rows, ${dims.classes} classes, ${dims.steps} steps: within the verifier's bounds`;
+}
+
+async function protocolHash(ctx) {
+  const sha = await ctx.sha('data/protocol.json');
+  const named = [['bag-info.txt Protocol-SHA256', ctx.need(ctx.info, 'bag-info.txt')['Protocol-SHA256']]];
+  for (const path of ['data/pools.json', 'data/temperature.json', 'data/trajectory.json', 'data/metrics.json', 'data/stages.json']) {
+    named.push([`${path} protocol_sha256`, ctx.doc(path).protocol_sha256]);
+  }
+  for (const path of Object.values(SECTION_FILES)) {
+    if (ctx.docs.has(path) || ctx.bag.files.has(path)) named.push([`${path} protocol_sha256`, ctx.doc(path).protocol_sha256]);
+  }
+  for (const stage of ctx.doc('data/stages.json').stages) named.push([`stages.json stage '${stage.name}'`, stage.protocol_sha256]);
+  named.push(['the signed predicate', ctx.doc('predicate').protocol_sha256]);
+  const wrong = named.filter(([, v]) => v !== sha).map(([where]) => where);
+  if (wrong.length) throw new bag.Failed(`data/protocol.json hashes to ${sha.slice(0, 16)}…, but ${wrong.slice(0, 5).join(', ')} name${wrong.length === 1 ? 's' : ''} another protocol.`);
+  return `${named.length} records name the protocol in the bag (sha256 ${sha.slice(0, 16)}…)`;
+}
+
+function splitKeys(ctx) {
+  const pools = ctx.doc('data/pools.json');
+  const protocol = ctx.doc('data/protocol.json');
+  const { prefix } = protocol.split;
+  if (pools.prefix !== prefix) throw new bag.Failed(`pools.json prefix is '${pools.prefix}', the protocol's is '${prefix}'.`);
+  let count = 0;
+  const enc = new TextEncoder();
+  for (const [name, entries] of Object.entries(pools.pools)) {
+    entries.forEach((e, i) => {
+      const key = sha256Sync(enc.encode(`${prefix}${e.idx}`));
+      if (e.split_key !== key) throw new bag.Failed(`pool '${name}' entry ${i} (idx ${e.idx}) has split_key ${e.split_key.slice(0, 16)}…, sha256 of prefix + idx is ${key.slice(0, 16)}….`);
+    });
+    count += entries.length;
+  }
+  return `${count} split keys equal sha256('${prefix}' + idx)`;
+}
+
+function assignment(ctx) {
+  const pools = ctx.doc('data/pools.json');
+  const protocol = ctx.doc('data/protocol.json');
+  const spec = protocol.split.pools.map((p) => [p.name, p.size]);
+  const names = spec.map(([n]) => n);
+  const same = (a, b) => JSON.stringify([...a].sort()) === JSON.stringify([...b].sort());
+  if (!same(Object.keys(pools.pools), names) || !same(Object.keys(pools.sizes), names)) throw new bag.Failed(`pools.json holds other pools than the protocol names ${JSON.stringify(names)}.`);
+  for (const [name, size] of spec) {
+    const entries = pools.pools[name];
+    if (pools.sizes[name] !== size || entries.length !== size) throw new bag.Failed(`pool '${name}' holds ${entries.length} entries and says size ${pools.sizes[name]}, the protocol fixes ${size}.`);
+    for (let i = 1; i < entries.length; i++) if (entries[i - 1].split_key > entries[i].split_key) throw new bag.Failed(`pool '${name}' is not in ascending split key order.`);
+  }
+  const everything = names.flatMap((name) => pools.pools[name].map((e) => [e.split_key, e.idx, name]));
+  const seen = new Set();
+  for (const [, idx] of everything) {
+    if (seen.has(idx)) throw new bag.Failed(`idx ${idx} appears more than once; pools must be disjoint.`);
+    seen.add(idx);
+  }
+  const rows = protocol.resources.dataset.rows;
+  if (everything.length !== rows) throw new bag.Failed(`the pools hold ${everything.length} rows together, the dataset has ${rows}.`);
+  everything.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : a[1] - b[1] || (a[2] < b[2] ? -1 : a[2] > b[2] ? 1 : 0)));
+  let start = 0;
+  for (const [name, size] of spec) {
+    const derived = everything.slice(start, start + size).map((e) => e[1]);
+    const stored = pools.pools[name].map((e) => e.idx);
+    if (derived.some((v, i) => v !== stored[i])) throw new bag.Failed(`pool '${name}' differs from the split rule: some idx are in the wrong pool.`);
+    start += size;
+  }
+  return `pools re-derived from ${rows} ids: ${spec.map(([n, s]) => `${n} ${s}`).join(', ')}; disjoint, ascending key`;
+}
+
+async function columns(ctx, { pool }) {
+  const path = `data/predictions/${pool}.parquet`;
+  const data = ctx.bag.files.get(path);
+  if (!data) throw new bag.Failed(`${path} is missing.`);
+  const protocol = ctx.doc('data/protocol.json');
+  const statement = ctx.need(ctx.statement, 'the signed statement');
+  const dims = protocolDims(ctx, protocol);
+  if (!dims) throw new bag.Failed("not checked: the protocol's sizes are beyond the verifier's bounds (see protocol.bounds).");
+  const k = protocol.resources.dataset.labels.length;
+  const size = dims.sizes.has(pool) ? dims.sizes.get(pool) : dims.rows;
+  const table = await readPool(path, data, k, size, statement.predicate.format.version >= 2);
+  ctx.tables.set(pool, table);
+  return `${table.n} rows, ${k} classes, columns and types as specified`;
+}
+
+function rowsCheck(ctx, { pool }) {
+  const t = ctx.table(pool);
+  const entries = ctx.doc('data/pools.json').pools[pool];
+  const path = `data/predictions/${pool}.parquet`;
+  if (t.n !== entries.length) throw new bag.Failed(`${path} has ${t.n} rows, pools.json lists ${entries.length} for '${pool}'.`);
+  const c = t.columns;
+  entries.forEach((e, i) => {
+    if (Number(c.idx[i]) !== e.idx || c.split_key[i] !== e.split_key || c.text_sha256[i] !== e.text_sha256) throw new bag.Failed(`${path} row ${i} is not the pool's entry ${i} (idx, split key, text hash).`);
+  });
+  return `${entries.length} rows in pool order, ids and text hashes equal pools.json`;
+}
+
+function probabilitiesCheck(ctx, { pool }) {
+  const t = ctx.table(pool);
+  const path = `data/predictions/${pool}.parquet`;
+  const lp = new Float64Array(t.k);
+  for (let i = 0; i < t.n; i++) {
+    const off = i * t.k;
+    let top = -Infinity;
+    for (let j = 0; j < t.k; j++) top = Math.max(top, t.z[off + j]);
+    let e = 0;
+    for (let j = 0; j < t.k; j++) e += Math.exp(t.z[off + j] - top);
+    for (let j = 0; j < t.k; j++) {
+      lp[j] = Math.exp(t.z[off + j] - top - Math.log(e));
+      if (!(Math.abs(lp[j] - t.columns[`prob_${j}`][i]) <= METRIC_TOL)) throw new bag.Failed(`${path} row ${i} prob_${j} is ${t.columns[`prob_${j}`][i]}, softmax of the logits gives ${lp[j]}.`);
+    }
+    if (Number(t.columns.pred[i]) !== firstArgmax(t.z, off, t.k)) throw new bag.Failed(`${path} row ${i} pred is ${t.columns.pred[i]}, the first argmax of the logits is ${firstArgmax(t.z, off, t.k)}.`);
+  }
+  return `probabilities within ${METRIC_TOL} of softmax(logits) in float64; pred = first argmax`;
+}
+
+async function fitRecord(ctx) {
+  const t = ctx.doc('data/temperature.json');
+  const fit = ctx.doc('data/protocol.json').fit;
+  const cal = ctx.table('calibration');
+  const problems = [];
+  if (t.pool !== fit.pool) problems.push(`fitted on pool '${t.pool}', the protocol fits on '${fit.pool}'`);
+  if (t.n !== cal.n) problems.push(`n is ${t.n}, the calibration pool has ${cal.n} rows`);
+  if (t.predictions_sha256 !== (await ctx.sha('data/predictions/calibration.parquet'))) problems.push('predictions_sha256 is not the calibration predictions in the bag');
+  if (t.t_min !== fit.t_min || t.t_max !== fit.t_max) problems.push('the interval is not the protocol\'s');
+  if (!(t.beta > 0 && Math.abs(t.temperature - 1 / t.beta) <= 4e-16 * Math.abs(t.temperature))) problems.push(`temperature ${t.temperature} is not 1/beta`);
+  if (!(fit.t_min <= t.temperature && t.temperature <= fit.t_max)) problems.push(`temperature ${t.temperature} is outside [t_min, t_max]`);
+  const before = meanNll(cal, 1);
+  const after = meanNll(cal, t.beta);
+  ctx.figures.fit = { nll_before: before, nll_after: after };
+  if (!(Math.abs(t.nll_before - before) <= METRIC_TOL)) problems.push(`nll_before is ${t.nll_before}, recomputed ${before}`);
+  if (!(Math.abs(t.nll_after - after) <= METRIC_TOL)) problems.push(`nll_after is ${t.nll_after}, recomputed ${after}`);
+  if (after > before + METRIC_TOL) problems.push('the fitted temperature raises the fit-pool NLL');
+  if (problems.length) throw new bag.Failed(`temperature.json: ${problems.join('; ')}.`);
+  return `T = ${t.temperature.toPrecision(9)} on ${t.n} calibration rows; NLL ${before.toFixed(6)} -> ${after.toFixed(6)} recomputed`;
+}
+
+function refit(ctx) {
+  const fit = ctx.doc('data/protocol.json').fit;
+  const t = ctx.doc('data/temperature.json');
+  const cal = ctx.table('calibration');
+  const found = bisect(cal, fit.t_min, fit.t_max, fit.steps);
+  ctx.figures.refit = found;
+  const side = t.boundary ? t.boundary_side : null;
+  if (side !== found.boundarySide) throw new bag.Failed(`the bundle reports boundary ${side}, the re-fit finds ${found.boundarySide} (T = ${found.temperature}).`);
+  const rel = Math.abs(t.temperature - found.temperature) / found.temperature;
+  if (!(rel <= REFIT_REL_TOL)) throw new bag.Failed(`temperature ${t.temperature} is not the NLL minimiser: the protocol's bisection, re-run here, gives ${found.temperature} (relative difference ${rel.toExponential(2)} > ${REFIT_REL_TOL}).`);
+  return `re-fit T = ${found.temperature.toPrecision(12)} by the protocol's bisection, relative difference ${rel.toExponential(1)}`;
+}
+
+async function metricsRecord(ctx) {
+  const m = ctx.doc('data/metrics.json');
+  const t = ctx.doc('data/temperature.json');
+  const problems = [];
+  if (m.temperature_sha256 !== (await ctx.sha('data/temperature.json'))) problems.push('temperature_sha256 is not the temperature.json in the bag');
+  if (m.beta !== t.beta || m.temperature !== t.temperature) problems.push('beta/temperature differ from temperature.json');
+  if (JSON.stringify(Object.keys(m.pools).sort()) !== JSON.stringify([...POOLS].sort())) problems.push(`pools ${JSON.stringify(Object.keys(m.pools).sort())}`);
+  const roles = { audit: 'evidence', calibration: 'fit pool, not evidence' };
+  for (const pool of POOLS) {
+    const entry = m.pools[pool];
+    if (!entry) continue;
+    if (entry.role !== roles[pool]) problems.push(`pool '${pool}' role '${entry.role}', expected '${roles[pool]}'`);
+    if (entry.predictions_sha256 !== (await ctx.sha(`data/predictions/${pool}.parquet`))) problems.push(`pool '${pool}' predictions_sha256 is not the file in the bag`);
+  }
+  if (problems.length) throw new bag.Failed(`metrics.json: ${problems.join('; ')}.`);
+  return 'metrics name this temperature and these prediction files; roles as specified';
+}
+
+/** Every leaf of `found` (a parseRaw result) against `expected`: floats within tol, integers and
+ * the rest exactly and of the same JSON kind. The first differences, as strings. */
+function compare(found, expected, where, key, out) {
+  if (expected && typeof expected === 'object' && !Array.isArray(expected)) {
+    const keys = found instanceof Map ? [...found.keys()].sort() : null;
+    if (!keys || JSON.stringify(keys) !== JSON.stringify(Object.keys(expected).sort())) {
+      out.push(`${where}: keys ${keys ? JSON.stringify(keys) : 'not an object'}, expected ${JSON.stringify(Object.keys(expected).sort())}`);
+      return;
+    }
+    for (const k of Object.keys(expected)) compare(found.get(k), expected[k], `${where}.${k}`, k, out);
+  } else if (Array.isArray(expected)) {
+    if (!Array.isArray(found) || found.length !== expected.length) {
+      out.push(`${where}: ${Array.isArray(found) ? found.length : 'no'} entries, expected ${expected.length}`);
+      return;
+    }
+    expected.forEach((e, i) => compare(found[i], e, `${where}[${i}]`, key, out));
+  } else if (typeof expected === 'number' && !['n', 'correct', 'count', 'accepted', 'wrong_accepted'].includes(key)) {
+    if (!(found instanceof Num) || !(Math.abs(found.value - expected) <= METRIC_TOL)) out.push(`${where}: bundle ${found instanceof Num ? found.token : JSON.stringify(found)}, recomputed ${expected}`);
+  } else if (typeof expected === 'number') {
+    if (!(found instanceof Num) || !found.integer || found.value !== expected) out.push(`${where}: bundle ${found instanceof Num ? found.token : JSON.stringify(found)}, recomputed ${expected}`);
+  } else if (found !== expected) out.push(`${where}: bundle ${JSON.stringify(found)}, recomputed ${JSON.stringify(expected)}`);
+}
+
+function metricsCheck(ctx, { pool, which }) {
+  ctx.doc('data/metrics.json');
+  const raw = ctx.raw.get('data/metrics.json');
+  const t = ctx.doc('data/temperature.json');
+  const threshold = ctx.doc('data/protocol.json').metrics.threshold.value;
+  const table = ctx.table(pool);
+  const expected = metricSet(table, which === 'raw' ? 1 : t.beta, threshold);
+  (ctx.figures.metrics ||= {})[`${pool}.${which}`] = expected;
+  const pools = raw.get('pools');
+  if (!pools.has(pool)) throw new bag.Failed(`metrics.json has no '${pool}' pool.`);
+  const found = pools.get(pool).get(which);
+  // Figures this page does not compute (a newer format's) are the Python verifier's to check.
+  const unknown = [...found.keys()].filter((k) => !(k in expected));
+  if (unknown.length) return null;
+  const diffs = [];
+  compare(found, expected, `${pool}.${which}`, '', diffs);
+  if (diffs.length) throw new bag.Failed(`metrics differ from the logits: ${diffs.slice(0, 3).join('; ')}${diffs.length > 3 ? ` (+${diffs.length - 3} more)` : ''}.`);
+  return `n ${expected.n}, accuracy ${expected.accuracy.toFixed(4)}, NLL ${expected.nll.toFixed(4)}, ECE ${expected.ece.toFixed(4)}: all fields, 10 bins, threshold counts within 1e-9`;
+}
+
+function argmaxCheck(ctx) {
+  const m = ctx.doc('data/metrics.json');
+  const t = ctx.doc('data/temperature.json');
+  let changed = 0;
+  for (const pool of POOLS) {
+    const tb = ctx.table(pool);
+    const scaled = new Float64Array(tb.k);
+    for (let i = 0; i < tb.n; i++) {
+      const off = i * tb.k;
+      for (let j = 0; j < tb.k; j++) scaled[j] = tb.z[off + j] * t.beta;
+      if (firstArgmax(scaled, 0, tb.k) !== firstArgmax(tb.z, off, tb.k)) changed++;
+    }
+  }
+  if (m.argmax_unchanged !== (changed === 0)) throw new bag.Failed(`argmax_unchanged is ${m.argmax_unchanged}, but the temperature changes ${changed} predictions.`);
+  if (changed) throw new bag.Failed(`the temperature changes the argmax of ${changed} rows; a temperature > 0 cannot.`);
+  return 'argmax of every row unchanged by the temperature';
+}
+
+function batchesCheck(ctx, { pool }) {
+  const t = ctx.table(pool);
+  const path = `data/predictions/${pool}.parquet`;
+  const { batch_size: size, max_length: maxLength } = ctx.doc('data/protocol.json').inference;
+  const c = t.columns;
+  const tokens = c.token_count.map(Number);
+  if (tokens.some((n) => n < 1 || n > maxLength)) throw new bag.Failed(`${path} token counts lie outside 1..${maxLength}.`);
+  const cut = tokens.findIndex((n, i) => c.truncated[i] && n !== maxLength);
+  if (cut >= 0) throw new bag.Failed(`${path} row ${cut} is marked truncated with ${tokens[cut]} tokens, not max_length ${maxLength}.`);
+  if (c.full_token_count) {
+    const full = c.full_token_count.map(Number);
+    const r = full.findIndex((f, i) => (c.truncated[i] ? f <= maxLength : f !== tokens[i]));
+    if (r >= 0) throw new bag.Failed(`${path} row ${r} has ${full[r]} tokens before truncation and ${tokens[r]} after, truncated ${c.truncated[r]}; a row is cut exactly when it is longer than max_length ${maxLength}.`);
+  }
+  const order = [...tokens.keys()].sort((a, b) => tokens[b] - tokens[a] || (c.split_key[a] < c.split_key[b] ? -1 : c.split_key[a] > c.split_key[b] ? 1 : 0));
+  const expected = new Array(order.length);
+  order.forEach((row, position) => { expected[row] = Math.floor(position / size); });
+  const bad = expected.findIndex((e, i) => e !== Number(c.batch[i]));
+  if (bad >= 0) throw new bag.Failed(`${path} row ${bad} is in batch ${c.batch[bad]}, the protocol's batch order puts it in batch ${expected[bad]}.`);
+  return `${order.length ? Math.max(...expected) + 1 : 0} batches of ${size} in protocol order`;
+}
+
+function trajectoryCheck(ctx) {
+  const cal = ctx.table('calibration');
+  const fit = ctx.doc('data/protocol.json').fit;
+  const traj = ctx.doc('data/trajectory.json');
+  const t = ctx.doc('data/temperature.json');
+  const dims = protocolDims(ctx, ctx.doc('data/protocol.json'));
+  if (!dims) throw new bag.Failed("not checked: the protocol's sizes are beyond the verifier's bounds (see protocol.bounds).");
+  if (traj.steps.length > dims.steps) throw new bag.Failed(`trajectory.json holds ${traj.steps.length} steps, the protocol allows ${dims.steps}; not recomputed.`);
+  const bad = (why) => new bag.Failed(`the trajectory is not a valid bisection: ${why}.`);
+  const betaMin = 1 / fit.t_max;
+  const betaMax = 1 / fit.t_min;
+  if (traj.beta_min !== betaMin || traj.beta_max !== betaMax) throw bad('its bracket is not [1/t_max, 1/t_min]');
+  const gEnds = [gradient(cal, betaMin), gradient(cal, betaMax)];
+  if (!(Math.abs(traj.g_at_beta_min - gEnds[0]) <= METRIC_TOL)) throw bad(`g_at_beta_min is ${traj.g_at_beta_min}, recomputed from the logits ${gEnds[0]}`);
+  if (!(Math.abs(traj.g_at_beta_max - gEnds[1]) <= METRIC_TOL)) throw bad(`g_at_beta_max is ${traj.g_at_beta_max}, recomputed from the logits ${gEnds[1]}`);
+  const { steps } = traj;
+  if (t.boundary) {
+    if (steps.length) throw bad(`a boundary solution has ${steps.length} bisection steps, expected none`);
+    let edge;
+    if (t.boundary_side === 't_max') {
+      if (!(gEnds[0] >= -METRIC_TOL)) throw bad('boundary t_max claimed but the NLL still falls inside the interval');
+      edge = betaMin;
+    } else if (t.boundary_side === 't_min') {
+      if (!(gEnds[1] <= METRIC_TOL)) throw bad('boundary t_min claimed but the NLL still falls inside the interval');
+      edge = betaMax;
+    } else throw bad(`boundary is true but boundary_side is ${t.boundary_side}`);
+    if (t.beta !== edge || t.bracket[0] !== edge || t.bracket[1] !== edge || t.bracket.length !== 2) throw bad(`boundary ${t.boundary_side}: beta and bracket are not the edge`);
+    return `boundary solution at ${t.boundary_side}, consistent with g at the ends`;
+  }
+  if (t.boundary_side !== null) throw bad(`boundary is false but boundary_side is ${t.boundary_side}`);
+  if (!(gEnds[0] < METRIC_TOL && gEnds[1] > -METRIC_TOL)) throw bad('no sign change of g on [1/t_max, 1/t_min] yet the solution is not flagged as a boundary');
+  if (steps.length !== fit.steps) throw bad(`${steps.length} bisection steps, the protocol fixes ${fit.steps}`);
+  if (t.steps !== steps.length) throw bad(`temperature.json says ${t.steps} steps, the trajectory holds ${steps.length}`);
+  let lo = betaMin;
+  let hi = betaMax;
+  steps.forEach((s, i) => {
+    const n = i + 1;
+    if (s.step !== n) throw bad(`step ${n} is numbered ${s.step}`);
+    if (s.lo !== lo || s.hi !== hi) throw bad(`step ${n} does not start from the bracket the previous step left`);
+    if (s.mid !== (lo + hi) / 2) throw bad(`step ${n} mid is not (lo + hi) / 2`);
+    const g = gradient(cal, s.mid);
+    if (!(Math.abs(s.g - g) <= METRIC_TOL)) throw bad(`step ${n} g(${s.mid}) is ${s.g}, recomputed from the logits ${g}`);
+    const [newLo, newHi] = s.g > 0 ? [lo, s.mid] : [s.mid, hi];
+    const ulp = 4 * Number.EPSILON * Math.max(Math.abs(lo), Math.abs(hi));
+    if (!(Math.abs((newHi - newLo) - (hi - lo) / 2) <= ulp)) throw bad(`step ${n} does not halve the bracket`);
+    [lo, hi] = [newLo, newHi];
+  });
+  if (t.bracket.length !== 2 || t.bracket[0] !== lo || t.bracket[1] !== hi) throw bad('the final bracket is not where the steps end');
+  if (t.beta !== (lo + hi) / 2) throw bad('beta is not the midpoint of the final bracket');
+  const gFinal = gradient(cal, t.beta);
+  if (!(Math.abs(t.final_gradient - gFinal) <= METRIC_TOL)) throw bad(`final_gradient ${t.final_gradient}, recomputed ${gFinal}`);
+  if (!(Math.abs(gFinal) <= 1e-6)) throw bad(`the final gradient ${gFinal} is not near zero`);
+  return `${steps.length} steps, bracket halves each step, lo/hi follow the sign of g, g recomputed within 1e-9, final g = ${gFinal.toExponential(2)}`;
+}
+
+/** Python's format(x, '.1%') and format(x, 'g'), for the warnings' words. */
+const pct = (x) => `${(x * 100).toFixed(1)}%`;
+function pyG(x) {
+  if (x === 0) return '0';
+  const exp = Math.floor(Math.log10(Math.abs(x)));
+  if (exp < -4 || exp >= 6) {
+    const [m, e] = x.toExponential(5).split('e');
+    const mant = m.includes('.') ? m.replace(/\.?0+$/, '') : m;
+    const n = parseInt(e, 10);
+    return `${mant}e${n < 0 ? '-' : '+'}${String(Math.abs(n)).padStart(2, '0')}`;
+  }
+  const fixed = x.toPrecision(6);
+  return fixed.includes('.') ? fixed.replace(/\.?0+$/, '') : fixed;
+}
+
+function expectedWarnings(accuracy, k, t) {
+  const out = [];
+  if (accuracy < 1 / k) out.push(`accuracy ${pct(accuracy)} is below chance (${pct(1 / k)}): the label map is probably wrong`);
+  if (t.boundary) {
+    out.push(`T = ${pyG(t.temperature)} sits at the bound ${t.boundary_side} of the fit interval [${pyG(t.t_min)}, ${pyG(t.t_max)}]: no temperature inside it fits, which usually means a wrong label map or a broken model`);
+  }
+  return out;
+}
+
+function warningsCheck(ctx) {
+  const m = ctx.doc('data/metrics.json');
+  const k = ctx.doc('data/protocol.json').resources.dataset.labels.length;
+  const audit = ctx.table('audit');
+  let right = 0;
+  for (let i = 0; i < audit.n; i++) right += firstArgmax(audit.z, i * audit.k, audit.k) === audit.y[i] ? 1 : 0;
+  const accuracy = right / audit.n;
+  const expected = expectedWarnings(accuracy, k, ctx.doc('data/temperature.json'));
+  if (!('warnings' in m)) {
+    return expected.length ? `WARNING: ${expected.join('; WARNING: ')} (recomputed; this bundle records no warnings)` : `none called for (recomputed; this bundle records no warnings): audit accuracy ${pct(accuracy)}`;
+  }
+  if (JSON.stringify(m.warnings) !== JSON.stringify(expected)) throw new bag.Failed(`metrics.json warns ${JSON.stringify(m.warnings)}, the logits and temperature.json call for ${JSON.stringify(expected)}.`);
+  return expected.length ? `WARNING: ${expected.join('; WARNING: ')}` : `none called for: audit accuracy ${pct(accuracy)} at or above chance ${pct(1 / k)}, T inside the fit interval`;
+}
+
+function truncationCheck(ctx) {
+  const m = ctx.doc('data/metrics.json');
+  const raw = ctx.raw.get('data/metrics.json').get('truncation');
+  const maxLength = ctx.doc('data/protocol.json').inference.max_length;
+  const details = [];
+  for (const pool of POOLS) {
+    const t = ctx.table(pool);
+    if (!t.columns.full_token_count) throw new bag.Failed(`metrics.json summarises truncation, but the ${pool} predictions have no full_token_count column to check it against.`);
+    const full = t.columns.full_token_count.map(Number);
+    const expected = { rows: t.n, truncated: t.columns.truncated.filter(Boolean).length, longest_tokens: full.length ? Math.max(...full) : 0, max_length: maxLength };
+    const found = raw instanceof Map ? raw.get(pool) : undefined;
+    const same = found instanceof Map && found.size === 4 && Object.entries(expected).every(([key, v]) => found.get(key) instanceof Num && found.get(key).value === v);
+    if (!same) throw new bag.Failed(`metrics.json truncation of ${pool} is ${JSON.stringify(m.truncation[pool])}, the predictions give ${JSON.stringify(expected)}.`);
+    details.push(`${pool} ${expected.truncated} of ${expected.rows} cut (longest ${expected.longest_tokens} tokens)`);
+  }
+  return `${details.join('; ')}, at max_length ${maxLength}`;
+}
+
+const CRC_TABLE = Array.from({ length: 256 }, (_, n) => {
+  let c = n;
+  for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
+  return c >>> 0;
+});
+
+function crc32(bytes) {
+  let c = 0xffffffff;
+  for (const b of bytes) c = CRC_TABLE[(c ^ b) & 255] ^ (c >>> 8);
+  return (c ^ 0xffffffff) >>> 0;
+}
+
+/** (width, height) of a well-formed PNG: signature, chunks with right CRCs, IHDR first, IDAT, IEND last. */
+function checkPng(data, name) {
+  const signature = [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a];
+  if (data.length < 8 || signature.some((b, k) => data[k] !== b)) throw new bag.Failed(`${name} does not start with the PNG signature.`);
+  const view = new DataView(data.buffer, data.byteOffset, data.byteLength);
+  const kinds = [];
+  let size = [0, 0];
+  let pos = 8;
+  while (pos < data.length) {
+    if (pos + 12 > data.length) throw new bag.Failed(`${name} ends inside a chunk header at byte ${pos}.`);
+    const length = view.getUint32(pos);
+    const kind = String.fromCharCode(...data.subarray(pos + 4, pos + 8));
+    if (pos + 12 + length > data.length) throw new bag.Failed(`${name}: chunk ${kind} at byte ${pos} runs past the end.`);
+    if (crc32(data.subarray(pos + 4, pos + 8 + length)) !== view.getUint32(pos + 8 + length)) throw new bag.Failed(`${name}: chunk ${kind} at byte ${pos} has a wrong CRC.`);
+    if (kind === 'IHDR' && length === 13) size = [view.getUint32(pos + 8), view.getUint32(pos + 12)];
+    kinds.push(kind);
+    pos += 12 + length;
+  }
+  if (!kinds.length || kinds[0] !== 'IHDR' || kinds[kinds.length - 1] !== 'IEND' || !kinds.includes('IDAT')) throw new bag.Failed(`${name} is not a complete PNG (IHDR first, IDAT, IEND last).`);
+  if (!(size[0] > 0 && size[1] > 0)) throw new bag.Failed(`${name} has an empty image (${size[0]}x${size[1]}).`);
+  return size;
+}
+
+function pngCheck(ctx) {
+  const sizes = ['data/figures/confidence-audit.png', 'data/figures/reliability-audit.png'].map((p) => {
+    const data = ctx.bag.files.get(p);
+    if (!data) throw new bag.Failed(`${p} is missing.`);
+    const [w, h] = checkPng(data, p);
+    return `${p.split('/').pop()} ${w}x${h}`;
+  });
+  return `well-formed PNG: ${sizes.join(', ')}`;
+}
+
+// -- the table ----------------------------------------------------------------------------------
+
+const has = (ctx, path, key) => {
+  const d = ctx.docs.get(path);
+  return Boolean(d && typeof d === 'object' && key in d);
+};
+const wants = (ctx, section) => has(ctx, 'data/protocol.json', section) || Boolean(ctx.bag && ctx.bag.files.has(SECTION_FILES[section]));
+
+/** [id, title, check or null (not performed here), {auth, when, each}] in the Python verifier's order. */
+const TABLE = [
+  ['archive.safe', 'archive extracts safely', archiveSafe, { auth: true, first: true, when: (c) => c.input.kind === 'archive' }],
+  ['bag.layout', 'tag files and data/, no links', layoutCheck, { auth: true, first: true, when: (c) => c.bag || c.input.kind !== 'archive' }],
+  ['bag.declaration', 'bagit.txt declares BagIt 1.0', (c) => bag.declaration(c.bag), { auth: true, when: (c) => c.bag }],
+  ['bag.manifest-sha256', 'manifest-sha256.txt matches every payload file', manifestSha256, { auth: true, when: (c) => c.bag }],
+  ['bag.manifest-sha512', 'manifest-sha512.txt matches every payload file', async (c) => (await bag.manifest(c.bag, bag.TAG.sha512, 'sha512')).detail, { auth: true, when: (c) => c.bag }],
+  ['bag.manifest-other', 'other payload manifests match', manifestOther, { auth: true, when: (c) => c.bag }],
+  ['bag.tagmanifest', 'tag manifests match every tag file', (c) => bag.tagmanifests(c.bag, c.notes), { auth: true, when: (c) => c.bag }],
+  ['bag.info', 'bag-info.txt well formed, Payload-Oxum right', infoCheck, { auth: true, when: (c) => c.bag }],
+  ['signature.envelope', 'DSSE envelope well formed', envelopeCheck, { auth: true }],
+  ['signature.valid', 'signature verifies over the exact statement bytes', validCheck, { auth: true }],
+  ['format.version', 'bundle format is one this verifier reads', formatVersion, { auth: true }],
+  ['signature.subjects', 'signed subjects equal the manifest and the files', subjectsCheck, { auth: true }],
+  ['signature.signer-trusted', 'signer is the trusted key', trustedCheck, { auth: true }],
+  ['bag.payload-files', "data/ holds exactly the format's files", payloadFiles, { when: (c) => c.bag }],
+  ['json.{name}', "{path} valid against the verifier's schema", jsonFile, { each: jsonFiles }],
+  ['json.statement', "signed statement valid against the verifier's schema", statementCheck, {}],
+  ['format.fields', 'records hold every field their format requires', null, {}],
+  ['protocol.bounds', "protocol's sizes within the verifier's bounds", protocolBounds, {}],
+  ['protocol.hash', 'every record names the protocol in the bag', protocolHash, {}],
+  ['resources.pins', "resources agree with the protocol's pins and the profile", null, {}],
+  ['stages.records', 'stage records hash the files in the bag', null, {}],
+  ['stages.audit-after-fit', 'audit inference consumed the frozen temperature', null, {}],
+  ['environment.threads', "torch threads within the protocol's bound", null, { when: (c) => has(c, 'data/environment.json', 'threads') }],
+  ['environment.forward', 'the recorded forward and its check agree', null, { when: (c) => has(c, 'data/environment.json', 'forward_choice') }],
+  ['pools.split-keys', 'split keys are sha256(prefix + idx)', splitKeys, {}],
+  ['pools.assignment', 'pools re-derived by the split rule; sizes; disjoint', assignment, {}],
+  ['predictions.{pool}.columns', '{pool} predictions: columns and types', columns, { each: () => POOLS.map((pool) => ({ pool })) }],
+  ['predictions.{pool}.rows', '{pool} predictions: rows are the pool, in order', rowsCheck, { each: () => POOLS.map((pool) => ({ pool })), group: 'predictions' }],
+  ['predictions.{pool}.probabilities', '{pool} predictions: probabilities and pred from the logits', probabilitiesCheck, { each: () => POOLS.map((pool) => ({ pool })), group: 'predictions' }],
+  ['predictions.{pool}.batches', '{pool} predictions: batches in protocol order', batchesCheck, { each: () => POOLS.map((pool) => ({ pool })), group: 'predictions' }],
+  ['cluster.batch-owners', 'every recorded batch ran on exactly one worker', null, { when: (c) => has(c, 'data/environment.json', 'cluster') && c.docs.get('data/environment.json').cluster !== null }],
+  ['cluster.audit-temperature', "audit batches carried the frozen temperature's hash", null, { when: (c) => has(c, 'data/environment.json', 'cluster') && c.docs.get('data/environment.json').cluster !== null }],
+  ['labels.map', "label map is a bijection onto the dataset's labels", null, { when: (c) => has(c, 'data/protocol.json', 'label_map') }],
+  ['fit.record', 'temperature record consistent with protocol and logits', fitRecord, {}],
+  ['fit.trajectory', 'trajectory is a valid bisection of the NLL gradient', trajectoryCheck, {}],
+  ['fit.refit', 'temperature re-fitted by another method agrees', refit, {}],
+  ['metrics.record', 'metrics name the temperature and predictions in the bag', metricsRecord, {}],
+  ['metrics.{pool}.{which}', '{pool} {which} metrics recomputed', metricsCheck, { each: () => POOLS.flatMap((pool) => ['raw', 'calibrated'].map((which) => ({ pool, which }))) }],
+  ['metrics.argmax', 'argmax unchanged by the temperature', argmaxCheck, {}],
+  ['metrics.warnings', 'warnings are those the audit accuracy and temperature call for', warningsCheck, {}],
+  // listed when metrics.json holds a truncation summary, or could not be read (the check then says why)
+  ['metrics.truncation', "truncation summary restates the predictions' token counts", truncationCheck, { when: (c) => !c.docs.has('data/metrics.json') || has(c, 'data/metrics.json', 'truncation') }],
+  ['bootstrap.record', 'bootstrap names this protocol, temperature and predictions', null, { when: (c) => wants(c, 'bootstrap') }],
+  ['bootstrap.intervals', 'bootstrap resamples and intervals recomputed', null, { when: (c) => wants(c, 'bootstrap') }],
+  ['stability.refit', 'stability subsets re-fitted and NLLs recomputed', null, { when: (c) => wants(c, 'stability') }],
+  ['predicate.claims', 'signed predicate states what the payload holds', null, {}],
+  ['report.tables', 'report.md tables restate the records', null, {}],
+  ['report.regenerated', "report.md is the verifier's rendering of the records", null, {}],
+  ['crate.structure', 'ro-crate-metadata.json is an RO-Crate 1.2 graph', null, {}],
+  ['crate.files', 'crate lists every payload file with its sha256 and size', null, {}],
+  ['crate.run', "crate's run reads the resources and produces the payload", null, {}],
+  ['crate.signer', "crate names the bag's signer", null, {}],
+  ['crate.publication', 'crate states the signed licence, publisher and authors', null, {}],
+  ['crate.regenerated', "crate is the verifier's rendering of the records", null, {}],
+  ['figures.png', 'figures are well-formed PNG images', pngCheck, {}],
+  ['figures.regenerated', "figures are the verifier's drawing of the records", null, {}],
+];
+
+/** The check ids and titles this page knows, in order, templates unexpanded (for the tests). */
+export const CHECK_IDS = TABLE.map(([id, title, fn]) => ({ id, title, performed: Boolean(fn) }));
+
+const fill = (text, params) => text.replace(/\{(\w+)\}/g, (_, k) => params[k]);
+
+/**
+ * Run every check on `input` ({kind, bag, failure, detail}) under `trust`. Returns {checks:
+ * [{id, title, status: pass|fail|skip|not-checked, detail}], verdict, message, notes, figures,
+ * documents}. Never throws for bad input: an unexpected error in a check is that check's failure.
+ */
+export async function verify(given, trust) {
+  const input = given.bag ? { ...given, bag: applyCaps(given.bag) } : given;
+  const ctx = new Context(input, trust);
+  const unread = new Context({ ...input, bag: input.bag ? { files: new Map(), dirs: new Set() } : null }, trust);
+  const checks = [];
+  let authenticated = true;
+  let failedAt = null;
+  for (const [id, title, fn, opts] of TABLE) {
+    const where = authenticated ? ctx : unread;
+    if (opts.when && !opts.when(where)) continue;
+    for (const params of opts.each ? opts.each(where) : [{}]) {
+      const row = { id: fill(id, params), title: fill(title, params) };
+      if (!authenticated && !(opts.first && id === 'archive.safe')) {
+        checks.push({ ...row, status: 'skip', detail: `skipped: the bundle is not authenticated (${failedAt} failed)` });
+        continue;
+      }
+      if (!fn) {
+        checks.push({ ...row, status: 'not-checked', detail: NOT_HERE });
+        continue;
+      }
+      // Let the page paint and take input between checks: no one check holds the tab for long.
+      await new Promise((resolve) => { setTimeout(resolve, 0); });
+      let status;
+      let detail;
+      const t0 = performance.now();
+      try {
+        detail = await fn(ctx, params);
+        status = detail === null ? 'not-checked' : 'pass';
+        if (detail === null) detail = NOT_HERE;
+      } catch (e) {
+        if (e instanceof Skip) [status, detail] = ['skip', e.message];
+        else if (e instanceof bag.Failed) [status, detail] = ['fail', e.message];
+        else [status, detail] = ['fail', `could not be checked: ${e && e.name}: ${String(e && e.message).slice(0, 300)}`];
+      }
+      checks.push({ ...row, status, detail, ms: Math.round(performance.now() - t0) });
+      if (status === 'fail' && opts.auth) {
+        authenticated = false;
+        failedAt = row.id;
+      }
+    }
+  }
+  const failed = checks.some((c) => c.status === 'fail');
+  const skipped = checks.filter((c) => c.status === 'skip').map((c) => c.id);
+  let verdict = 'failed';
+  if (!failed && !skipped.length) verdict = 'verified';
+  else if (!failed && skipped.length === 1 && skipped[0] === 'signature.signer-trusted') verdict = 'intact-signer-unknown';
+  const partial = verdict !== 'failed' && checks.some((c) => c.status === 'not-checked');
+  return {
+    checks, verdict: partial ? `${verdict}-here` : verdict, message: partial ? PARTIAL[verdict] : VERDICTS[verdict], notes: ctx.notes, figures: ctx.figures,
+    documents: Object.fromEntries(ctx.docs), tables: ctx.tables, statement: ctx.statement || null,
+    signer: ctx.signer ? ctx.signer.fingerprint : null,
+  };
+}

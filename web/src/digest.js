@@ -1,0 +1,69 @@
+// Digests through WebCrypto, as lowercase hex.
+
+/** Lowercase hex of bytes. */
+export function hex(buffer) {
+  return Array.from(new Uint8Array(buffer), (b) => b.toString(16).padStart(2, '0')).join('');
+}
+
+/** Lowercase hex digest of `bytes` under a WebCrypto algorithm name (SHA-1, SHA-256, SHA-384, SHA-512). */
+export async function sha(algorithm, bytes) {
+  return hex(await crypto.subtle.digest(algorithm, bytes));
+}
+
+export const sha256 = (bytes) => sha('SHA-256', bytes);
+
+// SHA-256 (FIPS 180-4) of short inputs, synchronously: the split keys are 100,000 digests of a few
+// bytes each, where one WebCrypto call per key costs more in promises than in hashing. Every file's
+// digest still goes through WebCrypto; tests/web compares this one with Python's on every bundle.
+const K = new Uint32Array([
+  0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+  0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+  0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+  0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+  0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+  0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+  0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+  0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
+]);
+const W = new Int32Array(64);
+
+const HEX = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, '0'));
+
+/** Lowercase hex SHA-256 of `bytes` (a Uint8Array), computed here. */
+export function sha256Sync(bytes) {
+  const len = bytes.length;
+  const blocks = Math.ceil((len + 9) / 64);
+  const msg = new Uint8Array(blocks * 64);
+  msg.set(bytes);
+  msg[len] = 0x80;
+  const bits = len * 8;
+  const end = msg.length;
+  const high = Math.floor(bits / 0x100000000);
+  msg[end - 8] = high >>> 24; msg[end - 7] = high >>> 16; msg[end - 6] = high >>> 8; msg[end - 5] = high;
+  msg[end - 4] = bits >>> 24; msg[end - 3] = bits >>> 16; msg[end - 2] = bits >>> 8; msg[end - 1] = bits;
+  let h0 = 0x6a09e667; let h1 = 0xbb67ae85; let h2 = 0x3c6ef372; let h3 = 0xa54ff53a;
+  let h4 = 0x510e527f; let h5 = 0x9b05688c; let h6 = 0x1f83d9ab; let h7 = 0x5be0cd19;
+  for (let b = 0; b < blocks; b++) {
+    for (let t = 0, o = b * 64; t < 16; t++, o += 4) W[t] = (msg[o] << 24) | (msg[o + 1] << 16) | (msg[o + 2] << 8) | msg[o + 3];
+    for (let t = 16; t < 64; t++) {
+      const x = W[t - 15];
+      const y = W[t - 2];
+      const s0 = ((x >>> 7) | (x << 25)) ^ ((x >>> 18) | (x << 14)) ^ (x >>> 3);
+      const s1 = ((y >>> 17) | (y << 15)) ^ ((y >>> 19) | (y << 13)) ^ (y >>> 10);
+      W[t] = (W[t - 16] + s0 + W[t - 7] + s1) | 0;
+    }
+    let a = h0; let c1 = h1; let c2 = h2; let d = h3; let e = h4; let f = h5; let g = h6; let hh = h7;
+    for (let t = 0; t < 64; t++) {
+      const S1 = ((e >>> 6) | (e << 26)) ^ ((e >>> 11) | (e << 21)) ^ ((e >>> 25) | (e << 7));
+      const t1 = (hh + S1 + ((e & f) ^ (~e & g)) + K[t] + W[t]) | 0;
+      const S0 = ((a >>> 2) | (a << 30)) ^ ((a >>> 13) | (a << 19)) ^ ((a >>> 22) | (a << 10));
+      const t2 = (S0 + ((a & c1) ^ (a & c2) ^ (c1 & c2))) | 0;
+      hh = g; g = f; f = e; e = (d + t1) | 0; d = c2; c2 = c1; c1 = a; a = (t1 + t2) | 0;
+    }
+    h0 = (h0 + a) | 0; h1 = (h1 + c1) | 0; h2 = (h2 + c2) | 0; h3 = (h3 + d) | 0;
+    h4 = (h4 + e) | 0; h5 = (h5 + f) | 0; h6 = (h6 + g) | 0; h7 = (h7 + hh) | 0;
+  }
+  let out = '';
+  for (const x of [h0, h1, h2, h3, h4, h5, h6, h7]) out += HEX[(x >>> 24) & 255] + HEX[(x >>> 16) & 255] + HEX[(x >>> 8) & 255] + HEX[x & 255];
+  return out;
+}
