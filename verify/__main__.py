@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from bundle import layout
 from verify import limits, reproduction, signature, sweep, verdict_output
 from verify.api import verify_path
 from verify.context import Trust
@@ -98,7 +99,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--require-bit-identical", action="store_true",
                    help="count a reproduction only when its logits are the bundle's bit for bit, not "
                         "merely equivalent within the protocol's tolerance")
+    p.add_argument("--max-tolerance", metavar="X", type=_tolerance, default=layout.DEFAULT_LOGIT_TOLERANCE,
+                   help="the largest pre-registered reproduction logit tolerance you accept (default: the "
+                        f"format's, {layout.DEFAULT_LOGIT_TOLERANCE:g}); a bundle whose protocol sets a larger "
+                        "one fails reproduction.tolerance")
     return p
+
+
+def _tolerance(text: str) -> float:
+    """--max-tolerance: a positive finite number."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"--max-tolerance must be a positive number, not {text[:40]!r}")
+    return value
 
 
 def _write_report(path: Path, text: str) -> None:
@@ -162,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         reproducers = tuple(signature.load_trusted_key(k) for k in args.trusted_reproducer)
         outcome = verify_path(args.bundle, trust, expected_protocol_sha256=expected,
                               attestations=attestations, reproducers=reproducers,
-                              require_bit_identical=args.require_bit_identical)
+                              require_bit_identical=args.require_bit_identical,
+                              max_tolerance=args.max_tolerance)
     except InputError as exc:
         _say(str(exc))
         return EXIT_UNREADABLE

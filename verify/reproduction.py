@@ -25,7 +25,7 @@ from bundle.keys import fingerprint
 from bundle.views.arithmetic import arithmetic_words, short_number
 from verify import compat, limits, schemacheck, signature
 from verify.context import Attestation, Context
-from verify.result import EXIT_OK, EXIT_UNTRUSTED, Failed
+from verify.result import EXIT_OK, EXIT_UNTRUSTED, Failed, Missing
 
 MAX_ATTESTATION_BYTES: Final = 1024 * 1024
 """An attestation is a few kB (a sampled one lists its rows); anything far larger is refused unread."""
@@ -383,4 +383,27 @@ def assurance(ctx: Context, code: int) -> str:
     if selfs:
         third += ("; a self-reproduction by the bundle's own signer, not counted as independent: "
                   + "; ".join(_phrase(v) for v in selfs))
-    return f"{signer}; every figure recomputed from the logits; {third}"
+    return f"{signer}; every figure recomputed from the logits; {third}{reader_view(ctx)}"
+
+
+def reader_view(ctx: Context) -> str:
+    """The tolerance that `equivalent` allows, whether it is the format default, and what it can move."""
+    try:
+        tau, source = tolerance(ctx)
+    except Missing:
+        return ""
+    whose = ("the format default" if source == "format default" else
+             "the protocol's, equal to the format default" if tau == layout.DEFAULT_LOGIT_TOLERANCE else
+             f"the protocol's, {tau / layout.DEFAULT_LOGIT_TOLERANCE:g} times the format default "
+             f"{layout.DEFAULT_LOGIT_TOLERANCE:g}")
+    moved = f": {bounds_words(ctx.bounds)}" if ctx.bounds is not None else ""
+    return f"; reproduction tolerance {tau:g} per logit ({whose}){moved}"
+
+
+def bounds_words(b: dict[str, Any]) -> str:
+    """The audit pool's calibrated worst-case movements, in a line."""
+    x = b["pools"]["audit"]["calibrated"]
+    return (f"an equivalent reproduction can move audit calibrated NLL by {x['nll']:.2g}, Brier by {x['brier']:.2g}, "
+            f"ECE by {x['ece']:.2g}, MCE by {x['mce']:.2g}, accuracy by {x['accuracy']:.2g} "
+            f"({x['rows_that_could_flip']} rows could flip, {x['rows_near_bin_edge']} near a bin edge); "
+            f"T stays in [{b['temperature']['t_low']:.6g}, {b['temperature']['t_high']:.6g}]")
