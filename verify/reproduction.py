@@ -23,8 +23,8 @@ from bundle.dsse import Envelope
 from bundle.errors import CanonicalJSONError
 from bundle.keys import fingerprint
 from bundle.views.arithmetic import arithmetic_words, short_number
-from verify import compat, limits, schemacheck, signature
-from verify.context import Attestation, Context
+from verify import compat, limits, numerics, schemacheck, signature
+from verify.context import METRIC_TOL, Attestation, Context
 from verify.result import EXIT_OK, EXIT_UNTRUSTED, Failed, Missing
 
 MAX_ATTESTATION_BYTES: Final = 1024 * 1024
@@ -316,6 +316,17 @@ def _figures_short(p: dict[str, Any]) -> str:
     return f"{figs['changed']} of {figs['compared']} published figures changed (listed in its check)"
 
 
+def _check_bounds(ctx: Context, p: dict[str, Any]) -> None:
+    """An attestation's `bounds` (when it states them) are those the bundle's logits give."""
+    if "bounds" not in p or ctx.bounds is None:
+        return
+    diffs: list[str] = []
+    numerics.compare(p["bounds"], ctx.bounds, "bounds", METRIC_TOL, diffs)
+    if diffs:
+        raise Failed("the attestation's bounds are not those the bundle's logits and tolerance give: "
+                     + "; ".join(diffs[:2]) + ".")
+
+
 def reproduced(ctx: Context, n: str) -> str:
     """Its verdict, consistent with its numbers and the bundle's tolerance, is bit-identical or equivalent."""
     found = _found(ctx, n)
@@ -331,6 +342,7 @@ def reproduced(ctx: Context, n: str) -> str:
     if ctx.require_bit_identical and level != "bit-identical":
         raise Failed(f"equivalent, not bit-identical (largest difference {short_number(worst['abs'])}, {worst['ulps']} "
                      f"ulps; {cpus}), and --require-bit-identical was given.")
+    _check_bounds(ctx, p)
     tol = p["tolerance"]["abs"] if "tolerance" in p else None
     found["verdict"] = {"level": level, "mode": p["mode"], "rows": rows["compared"], "largest": worst["abs"],
                         "tolerance": tol, "other_cpu": differ, "figures": _figures_short(p)}
