@@ -129,3 +129,32 @@ def test_a_certificate_that_does_not_bound_every_cell_is_refused() -> None:
     c = np.array([[1, 9], [9, 1]])
     with pytest.raises(Failed, match="certificate"):
         check_permutation(c, {"map": [0, 1], "correct": 2, "certificate": {"rows": [1, 0], "columns": [0, 1]}})
+
+
+def test_a_tolerance_above_the_default_needs_the_readers_consent(keyed: tuple[Ed25519PrivateKey, Path],
+                                                                 tmp_path: Path) -> None:
+    doc = json.loads(protocol_bytes((8, 40, 40)))
+    doc["reproduction"] = {"logit_tolerance": 0.01}
+    bag = make_bundle(tmp_path / "bag", keyed[0], protocol=json.dumps(doc, indent=2).encode() + b"\n")
+    refused = _verify(bag, keyed[1])
+    assert refused.returncode == 1
+    failed = [line for line in refused.stdout.splitlines() if line.startswith("FAIL")]
+    assert len(failed) == 1 and failed[0].split()[1] == "reproduction.tolerance"
+    assert failed[0].endswith("the protocol pre-registers a logit tolerance of 0.01, 100 times the format default "
+                              "0.0001, above the 0.0001 you accept; pass --max-tolerance 0.01 to accept it.")
+    accepted = _verify(bag, keyed[1], "--max-tolerance", "0.01")
+    assert accepted.returncode == 0, accepted.stdout[-3000:]
+    assert "reproduction tolerance 0.01 per logit (the protocol's, 100 times the format default 0.0001)" \
+        in accepted.stdout
+    assert "an equivalent reproduction can move audit calibrated NLL by" in accepted.stdout
+    report = (bag / "data" / "report.md").read_text()
+    assert "the protocol's, 100 times the format's default 0.0001" in report
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_golden_bundles_state_the_default_tolerance(version: int) -> None:
+    golden = REPO / "tests" / "goldens" / f"bundle-v{version}"
+    result = _verify(golden, REPO / "tests" / "goldens" / f"bundle-v{version}.pub.pem")
+    assert result.returncode == 0
+    assert "PASS    reproduction.tolerance" in result.stdout
+    assert "reproduction tolerance 0.0001 per logit" in result.stdout
