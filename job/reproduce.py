@@ -39,8 +39,8 @@ from job.reproduced_figures import TABLE_INPUTS, recomputed_changes
 from job.resources import Resources
 from job.row_inputs import INPUT_FIELDS, InputDifference, differing_fields, input_differences
 from job.split import make_pools
-from job.tolerance_bounds import reproduction_bounds
 from job.spot_sample import draw_batches
+from job.tolerance_bounds import reproduction_bounds
 from job.verified_bundle import RecordedPool, VerifiedBundle, load_verified
 
 if TYPE_CHECKING:

@@ -152,9 +152,9 @@ def per_class(ctx: Context) -> str:
         expected = expected_record(c)
         if len(record["support"]) != c.shape[0]:
             raise Failed(f"per_class {pool} has {len(record['support'])} labels, the logits {c.shape[0]}.")
-        found = {key: record[key] for key in expected}
+        recorded = {key: record[key] for key in expected}
         diffs: list[str] = []
-        numerics.compare(found, expected, f"per_class.{pool}", METRIC_TOL, diffs)
+        numerics.compare(recorded, expected, f"per_class.{pool}", METRIC_TOL, diffs)
         if diffs:
             raise Failed("per-class results differ from the logits: " + "; ".join(diffs[:3]) + ".")
         best = record["best_permutation"]

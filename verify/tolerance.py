@@ -31,7 +31,8 @@ def within_limit(ctx: Context) -> str:
     tau, source = tolerance(ctx)
     limit = ctx.max_tolerance
     if tau > limit:
-        raise Failed(f"the protocol pre-registers a logit tolerance of {tau:g}, {tau / layout.DEFAULT_LOGIT_TOLERANCE:g} "
+        times = tau / layout.DEFAULT_LOGIT_TOLERANCE
+        raise Failed(f"the protocol pre-registers a logit tolerance of {tau:g}, {times:g} "
                      f"times the format default {layout.DEFAULT_LOGIT_TOLERANCE:g}, above the {limit:g} you accept; "
                      f"pass --max-tolerance {tau:g} to accept it.")
     whose = "the format default" if source == "format default" else (

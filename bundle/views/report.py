@@ -359,10 +359,11 @@ def _per_class_lines(p: dict[str, Any], m: dict[str, Any]) -> list[str]:
              ("From the predicted labels (metrics.json, `per_class`), the same raw and calibrated: a temperature "
               "never changes the predicted label. The protocol's bootstrap asks for no per-class intervals, so "
               "there are none."), "",
-             "| label | name | support | predicted | correct | recall | precision |", "|---:|---|---:|---:|---:|---:|---:|"]
+             "| label | name | support | predicted | correct | recall | precision |",
+             "|---:|---|---:|---:|---:|---:|---:|"]
     for j, name in enumerate(labels):
-        lines.append(f"| {j} | {text(name)} | {audit['support'][j]} | {audit['predicted'][j]} | {audit['correct'][j]} | "
-                     f"{_ratio(audit['recall'][j])} | {_ratio(audit['precision'][j])} |")
+        lines.append(f"| {j} | {text(name)} | {audit['support'][j]} | {audit['predicted'][j]} | "
+                     f"{audit['correct'][j]} | {_ratio(audit['recall'][j])} | {_ratio(audit['precision'][j])} |")
     best = audit["best_permutation"]
     n = max(sum(audit["support"]), 1)
     lines += ["", (f"The permutation of the label map that makes the most audit rows right makes {best['correct']} "
@@ -386,21 +387,22 @@ def _bounds_lines(m: dict[str, Any]) -> list[str]:
     tau = b["logit_tolerance"]
     whose = ("the format's default" if b["source"] == "format default" else
              "the protocol's, equal to the format's default" if tau == DEFAULT_LOGIT_TOLERANCE else
-             f"the protocol's, {tau / DEFAULT_LOGIT_TOLERANCE:g} times the format's default {DEFAULT_LOGIT_TOLERANCE:g}")
+             f"the protocol's, {tau / DEFAULT_LOGIT_TOLERANCE:g} times the format's default "
+             f"{DEFAULT_LOGIT_TOLERANCE:g}")
     t = b["temperature"]
     lines = ["### What an equivalent reproduction can move", "",
              (f"A reproduction is `equivalent` when every logit is within {tau:g} of the stored one ({whose}). "
               f"Over every such set of logits, with the temperature refitted (it stays in "
               f"[{t['t_low']:.6f}, {t['t_high']:.6f}]), no figure moves further than this "
               "(metrics.json, `reproduction_bounds`; bundle/FORMAT.md gives the derivation):"), "",
-             "| pool/probabilities | accuracy | mean_confidence | nll | brier | ece | mce | rows that could flip | "
-             "rows near a bin edge |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             ("| pool/probabilities | accuracy | mean_confidence | nll | brier | ece | mce | rows that could flip | "
+              "rows near a bin edge |"), "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for pool in ("audit", "calibration"):
         for which in ("raw", "calibrated"):
             x = b["pools"][pool][which]
-            lines.append(f"| {pool}/{which} | " + " | ".join(format(x[f], ".2e") for f in
-                                                              ("accuracy", "mean_confidence", "nll", "brier", "ece", "mce"))
-                         + f" | {x['rows_that_could_flip']} | {x['rows_near_bin_edge']} |")
+            moved = " | ".join(format(x[f], ".2e") for f in
+                               ("accuracy", "mean_confidence", "nll", "brier", "ece", "mce"))
+            lines.append(f"| {pool}/{which} | {moved} | {x['rows_that_could_flip']} | {x['rows_near_bin_edge']} |")
     return lines + [""]
 
 
