@@ -43,8 +43,7 @@ def has_truncation(ctx: Context) -> bool:
 
 
 def warnings(ctx: Context) -> str:
-    """The warnings are exactly those the audit accuracy (from the logits), the temperature and, for a
-    bundle with per_class, the audit pool's per-class counts call for."""
+    """The warnings are exactly those the audit accuracy, the temperature and the per-class counts call for."""
     m = ctx.doc(layout.METRICS_JSON)
     k = len(ctx.doc(layout.PROTOCOL_JSON)["resources"]["dataset"]["labels"])
     audit = ctx.table("audit")

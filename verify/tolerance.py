@@ -156,13 +156,12 @@ def expected_bounds(ctx: Context) -> dict[str, Any]:
 
 
 def bounds(ctx: Context) -> str:
-    """metrics.json's reproduction_bounds are those the logits and the tolerance give (a bundle
-    written before them gets them derived here, for the reader)."""
+    """metrics.json's reproduction_bounds are those the logits and the tolerance give."""
     expected = expected_bounds(ctx)
     m = ctx.doc(layout.METRICS_JSON)
     ctx.bounds = expected
     if "reproduction_bounds" not in m:
-        return bounds_words(expected) + " (recomputed; this bundle records none)"
+        return bounds_words(expected) + " (derived here; this bundle was written before reproduction_bounds)"
     diffs: list[str] = []
     numerics.compare(m["reproduction_bounds"], expected, "reproduction_bounds", METRIC_TOL, diffs)
     if diffs:
