@@ -6,11 +6,13 @@ calibration logits and recomputes every figure. The bounds here hold for every s
 bundle/FORMAT.md, "What equivalent can move"); they are computed from the stored logits alone.
 
 1. The temperature. g(beta) = mean_i(E_p[z_i] - z_iy) is the NLL's derivative in beta and is
-   non-decreasing. For z', |g'(beta) - g(beta)| <= eps(beta) = tau (2 + beta * mean_i(R_i) / 2),
-   R_i = max_j z_ij - min_j z_ij (|E_p'[delta]| <= tau, |delta_y| <= tau, and E_p[z] moves by at
-   most the covariance beta tau sd(z) <= beta tau R / 2). So the refitted beta' is a root (or the
-   bound) of a function within eps(beta_max) of g: beta' lies in [beta_low, beta_high] where g
-   crosses -eps and +eps, widened by the bisection's final bracket.
+   non-decreasing. For z', |g'(beta) - g(beta)| <= eps(beta) = tau (2 + beta mean_i(s_i)):
+   |delta_y| <= tau, |E_p'[delta]| <= tau, and E_p[z] moves by at most the covariance
+   beta tau sd(z) along the way from z to z', where sd(z) <= s_i = min(exp(beta tau) sd_p(z_i),
+   R_i / 2), R_i = max_j z_ij - min_j z_ij (the weights change by at most exp(2 beta tau)). So
+   the refitted beta' lies below any beta where g - eps > 0 and above any where g + eps < 0:
+   beta_low and beta_high are such points, found by bisection from the published beta, widened
+   by the bisection's final bracket.
 2. One row at the published beta: beta' z' equals beta z plus a perturbation of each coordinate by
    at most a_i = beta_high tau + dbeta R_i / 2 after removing a constant (softmax ignores it),
    dbeta = max(beta_high - beta, beta - beta_low); a_i = tau for raw probabilities. Each
@@ -53,26 +55,43 @@ def flippable(z: F64, tau: float) -> NDArray[np.bool_]:
     return out
 
 
-def _root(fn: Any, lo: float, hi: float) -> float:
-    """Where a non-decreasing fn crosses 0 in [lo, hi] (lo or hi when it does not)."""
-    if fn(lo) >= 0:
-        return lo
-    if fn(hi) <= 0:
-        return hi
+def gradient_slack(z: F64, beta: float, tau: float) -> float:
+    """eps(beta): how far g of logits within tau of z can be from g(beta) (step 1 of the module)."""
+    p = np.exp(log_softmax(beta * z))
+    mean = (p * z).sum(axis=1, keepdims=True)
+    sd = np.sqrt((p * (z - mean) ** 2).sum(axis=1))
+    spread = np.minimum(np.exp(beta * tau) * sd, logit_ranges(z) / 2.0)
+    return tau * (2.0 + beta * float(spread.mean())) + ROUNDING
+
+
+def _excluded(fn: Any, inside: float, outside: float) -> float:
+    """A point as close to `inside` as bisection finds where fn > 0, starting from fn(inside) <= 0
+    < fn(outside): every point it returns has fn > 0, whatever fn does in between."""
     for _ in range(200):
-        mid = (lo + hi) / 2
-        if mid in (lo, hi):
+        mid = (inside + outside) / 2
+        if mid in (inside, outside):
             break
-        lo, hi = (lo, mid) if fn(mid) > 0 else (mid, hi)
-    return (lo + hi) / 2
+        inside, outside = (inside, mid) if fn(mid) > 0 else (mid, outside)
+    return outside
 
 
-def beta_range(z: F64, y: I64, tau: float, beta_min: float, beta_max: float, steps: int) -> tuple[float, float]:
-    """[beta_low, beta_high]: every beta a reproducer's refit can reach (step 1 of the module)."""
-    eps = tau * (2.0 + beta_max * float(logit_ranges(z).mean()) / 2.0) + ROUNDING
+def beta_range(z: F64, y: I64, tau: float, beta: float, beta_min: float, beta_max: float,
+               steps: int) -> tuple[float, float]:
+    """[beta_low, beta_high]: every beta a reproducer's refit can reach (step 1 of the module).
+
+    g of the reproducer's logits is >= g - eps and <= g + eps and non-decreasing, so a beta_u with
+    g(beta_u) - eps(beta_u) > 0 has its root below it, and a beta_l with g + eps < 0 above it; the
+    published beta (g near 0) starts both searches. The bisection's final bracket widens both."""
     pad = (beta_max - beta_min) / 2.0 ** steps
-    low = _root(lambda b: nll_gradient(z, y, b) + eps, beta_min, beta_max)
-    high = _root(lambda b: nll_gradient(z, y, b) - eps, beta_min, beta_max)
+
+    def above(b: float) -> float:
+        return nll_gradient(z, y, b) - gradient_slack(z, b, tau)
+
+    def below(b: float) -> float:
+        return -(nll_gradient(z, y, b) + gradient_slack(z, b, tau))
+
+    high = beta_max if above(beta) > 0 or above(beta_max) <= 0 else _excluded(above, beta, beta_max)
+    low = beta_min if below(beta) > 0 or below(beta_min) <= 0 else _excluded(below, beta, beta_min)
     return max(beta_min, low - pad), min(beta_max, high + pad)
 
 
@@ -126,10 +145,11 @@ def figure_bounds(z: F64, y: I64, beta: float, half_width: F64, flips: NDArray[n
     mce = published["mce"]
     return {
         "accuracy": int(flips.sum()) / n,
-        "mean_confidence": float(reach.mean()),
+        # no figure moves further than its range: Brier in [0, 2]; ECE, MCE and confidence in [0, 1]
+        "mean_confidence": min(1.0, float(reach.mean())),
         "nll": float(nll_rows.mean()),
-        "brier": float(brier_rows.mean()),
-        "ece": float(ece),
+        "brier": min(2.0, float(brier_rows.mean())),
+        "ece": min(1.0, float(ece)),
         "mce": float(max(mce_hi - mce, mce - mce_lo, 0.0)),
         "rows_that_could_flip": int(flips.sum()),
         "rows_near_bin_edge": int(near_edge.sum()),
@@ -143,7 +163,7 @@ def reproduction_bounds(pools: dict[str, tuple[F64, I64]], metrics_pools: dict[s
     raw and calibrated. pools: name -> (float64 logits, labels); metrics_pools: metrics.json
     `pools`; fit: beta_min, beta_max and steps of the protocol's fit."""
     cal_z, cal_y = pools["calibration"]
-    low, high = beta_range(cal_z, cal_y, tau, fit["beta_min"], fit["beta_max"], fit["steps"])
+    low, high = beta_range(cal_z, cal_y, tau, beta, fit["beta_min"], fit["beta_max"], fit["steps"])
     dbeta = max(high - beta, beta - low)
     out: dict[str, Any] = {}
     for name, (z, y) in pools.items():

@@ -321,7 +321,7 @@ def _check_bounds(ctx: Context, p: dict[str, Any]) -> None:
     if "bounds" not in p or ctx.bounds is None:
         return
     diffs: list[str] = []
-    numerics.compare(p["bounds"], ctx.bounds, "bounds", METRIC_TOL, diffs)
+    numerics.compare(p["bounds"], ctx.bounds, "bounds", METRIC_TOL, diffs, rel=METRIC_TOL)
     if diffs:
         raise Failed("the attestation's bounds are not those the bundle's logits and tolerance give: "
                      + "; ".join(diffs[:2]) + ".")

@@ -40,34 +40,52 @@ def within_limit(ctx: Context) -> str:
     return f"logit tolerance {tau:g} ({whose}), within the {limit:g} accepted"
 
 
-def _bisect(fn: Any, lo: float, hi: float) -> float:
-    """The crossing of 0 by a non-decreasing fn on [lo, hi], clamped to the ends."""
-    if fn(lo) >= 0:
-        return lo
-    if fn(hi) <= 0:
-        return hi
-    while True:
-        mid = 0.5 * (lo + hi)
-        if not lo < mid < hi:
-            return 0.5 * (lo + hi)
-        if fn(mid) > 0:
-            hi = mid
-        else:
-            lo = mid
-
-
 def _spread(z: F64) -> F64:
     return np.asarray(np.ptp(z, axis=1), dtype=np.float64)
 
 
-def temperature_range(z: F64, y: NDArray[np.int64], tau: float, protocol: dict[str, Any]) -> tuple[float, float]:
-    """The betas a refit on logits within tau of z can reach."""
+def _slack(z: F64, beta: float, tau: float) -> float:
+    """How far g of logits within tau of z can be from g at beta: tau (2 + beta mean_i s_i),
+    s_i = min(exp(beta tau) sd_p(z_i), spread_i / 2), over row blocks."""
+    total = 0.0
+    for b in numerics.row_blocks(len(z), z.shape[1]):
+        zb = z[b]
+        p = numerics.probabilities(zb, beta)
+        centred = zb - (p * zb).sum(axis=1, keepdims=True)
+        sd = np.sqrt(np.einsum("ij,ij->i", p, centred * centred))
+        total += float(np.minimum(np.exp(beta * tau) * sd, _spread(zb) / 2.0).sum())
+    return tau * (2.0 + beta * total / len(z)) + 1e-12
+
+
+def _first_excluded(rule: Any, start: float, end: float) -> float:
+    """A point between start (rule false) and end (rule true) where the rule holds, as near start as
+    halving finds; every point returned satisfies the rule, whatever it does in between."""
+    while True:
+        mid = 0.5 * (start + end)
+        if not min(start, end) < mid < max(start, end):
+            return end
+        if rule(mid):
+            end = mid
+        else:
+            start = mid
+
+
+def temperature_range(z: F64, y: NDArray[np.int64], tau: float, beta: float,
+                      protocol: dict[str, Any]) -> tuple[float, float]:
+    """The betas a refit on logits within tau of z can reach: a beta where g - slack > 0 bounds it
+    from above, one where g + slack < 0 from below (g of such logits is non-decreasing)."""
     fit = protocol["fit"]
     b_min, b_max, steps = 1.0 / fit["t_max"], 1.0 / fit["t_min"], fit["steps"]
-    eps = tau * (2.0 + b_max * float(_spread(z).mean()) / 2.0) + 1e-12
     width = (b_max - b_min) / 2.0 ** steps
-    low = _bisect(lambda b: numerics.gradient(z, y, b) + eps, b_min, b_max)
-    high = _bisect(lambda b: numerics.gradient(z, y, b) - eps, b_min, b_max)
+
+    def over(b: float) -> bool:
+        return numerics.gradient(z, y, b) - _slack(z, b, tau) > 0
+
+    def under(b: float) -> bool:
+        return numerics.gradient(z, y, b) + _slack(z, b, tau) < 0
+
+    high = _first_excluded(over, beta, b_max) if not over(beta) and over(b_max) else b_max
+    low = _first_excluded(under, beta, b_min) if not under(beta) and under(b_min) else b_min
     return max(b_min, low - width), min(b_max, high + width)
 
 
@@ -128,8 +146,9 @@ def figure_bounds(z: F64, y: NDArray[np.int64], beta: float, a: F64, tau: float,
         hi_gap = max(hi_gap, min(1.0, max(candidates)))
         if size:
             lo_gap = max(lo_gap, max(0.0, g - d - m) / (size + m))
-    return {"accuracy": int(flips.sum()) / n, "mean_confidence": float(reach.mean()),
-            "nll": float(ex["nll"].mean()), "brier": float(ex["brier"].mean()), "ece": float(ece),
+    # A figure cannot move further than its range: Brier lies in [0, 2], ECE, MCE and confidence in [0, 1].
+    return {"accuracy": int(flips.sum()) / n, "mean_confidence": min(1.0, float(reach.mean())),
+            "nll": float(ex["nll"].mean()), "brier": min(2.0, float(ex["brier"].mean())), "ece": min(1.0, float(ece)),
             "mce": float(max(hi_gap - mce, mce - lo_gap, 0.0)),
             "rows_that_could_flip": int(flips.sum()), "rows_near_bin_edge": int(edge.sum())}
 
@@ -140,7 +159,7 @@ def expected_bounds(ctx: Context) -> dict[str, Any]:
     tau, source = tolerance(ctx)
     beta = ctx.doc(layout.TEMPERATURE_JSON)["beta"]
     cal = ctx.table("calibration")
-    low, high = temperature_range(cal.z, cal.y, tau, ctx.doc(layout.PROTOCOL_JSON))
+    low, high = temperature_range(cal.z, cal.y, tau, beta, ctx.doc(layout.PROTOCOL_JSON))
     moved = max(high - beta, beta - low)
     pools = {}
     for pool in POOL_NAMES:
@@ -163,7 +182,7 @@ def bounds(ctx: Context) -> str:
     if "reproduction_bounds" not in m:
         return bounds_words(expected) + " (derived here; this bundle was written before reproduction_bounds)"
     diffs: list[str] = []
-    numerics.compare(m["reproduction_bounds"], expected, "reproduction_bounds", METRIC_TOL, diffs)
+    numerics.compare(m["reproduction_bounds"], expected, "reproduction_bounds", METRIC_TOL, diffs, rel=METRIC_TOL)
     if diffs:
         ctx.bounds = None
         raise Failed("metrics.json reproduction_bounds differ from the logits: " + "; ".join(diffs[:3]) + ".")
