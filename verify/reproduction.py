@@ -395,7 +395,7 @@ def assurance(ctx: Context, code: int) -> str:
     if selfs:
         third += ("; a self-reproduction by the bundle's own signer, not counted as independent: "
                   + "; ".join(_phrase(v) for v in selfs))
-    return f"{signer}; every figure recomputed from the logits; {third}{reader_view(ctx)}"
+    return f"{signer}; every figure recomputed from the logits{reader_view(ctx)}; {third}"
 
 
 def reader_view(ctx: Context) -> str:

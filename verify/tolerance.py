@@ -110,13 +110,14 @@ def row_extremes(z: F64, y: NDArray[np.int64], beta: float, a: F64) -> dict[str,
     c_lo = np.exp(numerics.log_probs(s + _corner(s.shape, top, a, -1.0), 1.0)[rows, top])
     c_hi = np.exp(numerics.log_probs(s + _corner(s.shape, top, a, 1.0), 1.0)[rows, top])
     p = np.exp(base)
-    factor = np.exp(2.0 * a) - 1.0
+    factor = np.exp(np.minimum(2.0 * a, 700.0)) - 1.0  # finite; the Brier bound is capped at 2 anyway
     onehot = np.zeros_like(p)
     onehot[rows, y] = 1.0
     # |p'_j - p_j| <= factor p_j; |p'_j + p_j - 2 y_j| is at most p_j (2 + factor) off the label and
     # 2 - p_y (1 + exp(-2a)) on it.
     far = np.where(onehot > 0, 2.0 - p * (1.0 + np.exp(-2.0 * a))[:, None], p * (2.0 + factor)[:, None])
-    brier = factor * (p * far).sum(axis=1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        brier = np.nan_to_num(factor * (p * far).sum(axis=1), nan=np.inf)
     return {"nll": nll, "conf": conf, "c_lo": c_lo, "c_hi": c_hi, "brier": brier, "top": top.astype(np.float64)}
 
 
