@@ -364,11 +364,10 @@ def _per_class_lines(p: dict[str, Any], m: dict[str, Any]) -> list[str]:
     for j, name in enumerate(labels):
         lines.append(f"| {j} | {text(name)} | {audit['support'][j]} | {audit['predicted'][j]} | "
                      f"{audit['correct'][j]} | {_ratio(audit['recall'][j])} | {_ratio(audit['precision'][j])} |")
-    best = audit["best_permutation"]
-    n = max(sum(audit["support"]), 1)
+    best, recorded = audit["best_permutation"], m["pools"]["audit"]["raw"]
     lines += ["", (f"The permutation of the label map that makes the most audit rows right makes {best['correct']} "
-                   f"right (accuracy {best['accuracy']:.6f}; the recorded map: {sum(audit['correct'])}, "
-                   f"{sum(audit['correct']) / n:.6f})."), ""]
+                   f"right (accuracy {best['accuracy']:.6f}; the recorded map: {recorded['correct']}, "
+                   f"{recorded['accuracy']:.6f})."), ""]
     k = len(labels)
     if k <= 10:
         cells = {(a, b): c for a, b, c in audit["confusion"]}
@@ -387,8 +386,7 @@ def _bounds_lines(m: dict[str, Any]) -> list[str]:
     tau = b["logit_tolerance"]
     whose = ("the format's default" if b["source"] == "format default" else
              "the protocol's, equal to the format's default" if tau == DEFAULT_LOGIT_TOLERANCE else
-             f"the protocol's, {tau / DEFAULT_LOGIT_TOLERANCE:g} times the format's default "
-             f"{DEFAULT_LOGIT_TOLERANCE:g}")
+             f"the protocol's; the format's default is {DEFAULT_LOGIT_TOLERANCE:g}")
     t = b["temperature"]
     lines = ["### What an equivalent reproduction can move", "",
              (f"A reproduction is `equivalent` when every logit is within {tau:g} of the stored one ({whose}). "

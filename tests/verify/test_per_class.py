@@ -148,7 +148,7 @@ def test_a_tolerance_above_the_default_needs_the_readers_consent(keyed: tuple[Ed
         in accepted.stdout
     assert "an equivalent reproduction can move audit calibrated NLL by" in accepted.stdout
     report = (bag / "data" / "report.md").read_text()
-    assert "the protocol's, 100 times the format's default 0.0001" in report
+    assert "within 0.01 of the stored one (the protocol's; the format's default is 0.0001)" in report
 
 
 @pytest.mark.parametrize("version", [1, 2])
