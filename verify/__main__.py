@@ -141,7 +141,8 @@ def _verify_sweep(args: argparse.Namespace) -> int:
     attestations = tuple(reproduction.load_attestation(a) for a in args.reproduction)
     reproducers = tuple(signature.load_trusted_key(k) for k in args.trusted_reproducer)
     outcome = sweep.verify_sweep(args.bundle, keys, attestations=attestations, reproducers=reproducers,
-                                 threshold=args.threshold, require_bit_identical=args.require_bit_identical)
+                                 threshold=args.threshold, require_bit_identical=args.require_bit_identical,
+                                 max_tolerance=args.max_tolerance)
     _out(sweep.sweep_table(outcome))
     return outcome.exit_code
 
