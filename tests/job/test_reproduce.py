@@ -276,6 +276,9 @@ def test_a_tampered_predicate_fails(full: Path, tiny_bundle: Path, signing_key_d
         (lambda d: d["predicate"].update(protocol_sha256="ab" * 32), "reproduction.1.subjects"),
         (lambda d: d["predicate"].update(extra=True), "reproduction.1.signed"),  # schema: closed
         (sample_of_my_choosing, "reproduction.1.reproduced"),
+        # what equivalent can move, understated
+        (lambda d: d["predicate"]["bounds"]["pools"]["audit"]["calibrated"].update(ece=0.0),
+         "reproduction.1.reproduced"),
     ]
     for i, (edit, failing) in enumerate(cases):
         att = resign(full, tmp_path / f"att{i}.json", reproducer, edit)
