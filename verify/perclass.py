@@ -6,7 +6,8 @@ time. The recorded best permutation is checked, not searched for: it must be a p
 exactly the rows right it says, and carry a dual certificate (row and column potentials whose
 pairwise sums bound every cell of the relabelling gains and add up to its count), which proves
 by linear-programming duality that no permutation makes more rows right. For a bundle written
-before per_class existed, the verifier searches every permutation itself when K <= EXHAUSTIVE_K."""
+before per_class existed, the verifier searches every permutation itself when K <= EXHAUSTIVE_K,
+and tries a greedy one above."""
 
 from __future__ import annotations
 
@@ -123,8 +124,28 @@ def expected_warnings(ctx: Context) -> tuple[list[str], str]:
     if c.shape[0] <= EXHAUSTIVE_K:
         mapping, right = exhaustive_best(c)
         return class_warnings(c, mapping, right), "every permutation tried"
-    # Without a record, large K: the low-recall rule only (no permutation search here).
-    return class_warnings(c, list(range(c.shape[0])), int(np.trace(c))), "permutations not searched"
+    # Without a record, large K: a greedy permutation (largest cells first). It may not be the best,
+    # but what its warning says of it is true, so a relabelling that large cannot go unshown.
+    mapping = greedy_permutation(c)
+    right = sum(int(c[mapping[i], i]) for i in range(c.shape[0]))
+    return class_warnings(c, mapping, right), "a greedy permutation tried"
+
+
+def greedy_permutation(c: NDArray[np.int64]) -> list[int]:
+    """A permutation read off the confusion counts, largest cell first: predicted class i is read
+    as the label of the largest cell left in its column; unmatched classes keep the free labels in order."""
+    k = c.shape[0]
+    mapping = [-1] * k
+    used: set[int] = set()
+    for flat in np.argsort(-c, axis=None, kind="stable"):
+        label, predicted = divmod(int(flat), k)
+        if c[label, predicted] == 0:
+            break
+        if mapping[predicted] < 0 and label not in used:
+            mapping[predicted] = label
+            used.add(label)
+    free = iter(j for j in range(k) if j not in used)
+    return [m if m >= 0 else next(free) for m in mapping]
 
 
 def names_current_schema(ctx: Context) -> bool:

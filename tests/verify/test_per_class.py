@@ -158,3 +158,23 @@ def test_the_golden_bundles_state_the_default_tolerance(version: int) -> None:
     assert result.returncode == 0
     assert "PASS    reproduction.tolerance" in result.stdout
     assert "reproduction tolerance 0.0001 per logit" in result.stdout
+
+
+def test_a_greedy_permutation_undoes_a_large_shuffle() -> None:
+    """For a bundle without per_class and K > 7 the verifier tries a greedy permutation; on a shuffled
+    label map of a good model it finds the shuffle and warns."""
+    from verify.perclass import class_warnings as derived
+    from verify.perclass import greedy_permutation
+
+    rng = np.random.default_rng(5)
+    k, n = 12, 2400
+    y = rng.integers(0, k, n)
+    pred = np.where(rng.random(n) < 0.85, y, rng.integers(0, k, n))
+    shuffle = rng.permutation(k)
+    c = np.zeros((k, k), dtype=np.int64)
+    np.add.at(c, (y, shuffle[pred]), 1)  # predicted class shuffle[p] is truly label p
+    mapping = greedy_permutation(c)
+    assert sorted(mapping) == list(range(k))
+    assert all(mapping[shuffle[p]] == p for p in range(k))
+    warned = derived(c, mapping, sum(int(c[mapping[i], i]) for i in range(k)))
+    assert warned and warned[-1].startswith("reading each predicted label through the permutation")
