@@ -29,6 +29,7 @@ from job.forward_check import check_packed_forward
 from job.inference import pool_output
 from job.labelmap import LabelMap
 from job.metrics import compute_metrics
+from job.perclass import class_warnings, per_class
 from job.plausibility import below_chance, run_warnings, truncation_summary
 from job.predictions import PoolOutput, Predictions, predictions_table
 from job.process import configure_sharded_driver, release_free_memory
@@ -39,6 +40,7 @@ from job.rocrate import Publication, crate_bytes
 from job.runtime import Settings
 from job.split import Pool, make_pools
 from job.stability import stability_record
+from job.tolerance_bounds import reproduction_bounds
 
 if TYPE_CHECKING:
     from job.sharded import ShardOptions
@@ -158,9 +160,17 @@ def metrics_record(protocol: Protocol, predictions: Mapping[str, Predictions], b
         }
     audit = pools[AUDIT]["raw"]
     max_length = protocol.inference.max_length
+    classes = {name: per_class(predictions[name].logits.astype(np.float64), predictions[name].labels)
+               for name in (AUDIT, CAL)}
+    tau, source = protocol.logit_tolerance
+    fit = {"beta_min": protocol.fit.beta_min, "beta_max": protocol.fit.beta_max, "steps": protocol.fit.steps}
+    bounds = reproduction_bounds({name: (predictions[name].logits.astype(np.float64), predictions[name].labels)
+                                  for name in (AUDIT, CAL)}, pools, beta, tau, source, fit)
     return {"protocol_sha256": protocol.sha256, "temperature_sha256": temperature_sha256,
             "beta": beta, "temperature": 1.0 / beta, "argmax_unchanged": unchanged, "pools": pools,
-            "warnings": run_warnings(audit["accuracy"], len(protocol.resources.dataset.labels), temperature),
+            "warnings": (run_warnings(audit["accuracy"], len(protocol.resources.dataset.labels), temperature)
+                         + class_warnings(classes[AUDIT])),
+            "per_class": classes, "reproduction_bounds": bounds,
             "truncation": {name: truncation_summary(predictions[name].full_token_count, predictions[name].truncated,
                                                     max_length)
                            for name in (AUDIT, CAL)}}

@@ -40,6 +40,7 @@ from job.resources import Resources
 from job.row_inputs import INPUT_FIELDS, InputDifference, differing_fields, input_differences
 from job.split import make_pools
 from job.spot_sample import draw_batches
+from job.tolerance_bounds import reproduction_bounds
 from job.verified_bundle import RecordedPool, VerifiedBundle, load_verified
 
 if TYPE_CHECKING:
@@ -354,6 +355,15 @@ def predicate(options: ReproduceOptions, protocol: Protocol, resources: Resource
     }
 
 
+def attested_bounds(bundle: VerifiedBundle, protocol: Protocol) -> dict[str, Any]:
+    """What `equivalent` can move for this bundle (job.tolerance_bounds), from its stored logits:
+    the attestation states it beside its verdict, whatever that verdict is."""
+    m = bundle.json(layout.METRICS_JSON)
+    fit = {"beta_min": protocol.fit.beta_min, "beta_max": protocol.fit.beta_max, "steps": protocol.fit.steps}
+    pools = {n: (bundle.pool(n).logits.astype(np.float64), bundle.pool(n).label) for n in POOLS}
+    return reproduction_bounds(pools, m["pools"], m["beta"], *protocol.logit_tolerance, fit)
+
+
 def reproduce(options: ReproduceOptions, resolve: Callable[[Protocol], Resources],
               key: Ed25519PrivateKey | None = None) -> int:
     """Verify, check resources, re-run, compare, recompute, attest; returns 0 bit-identical or
@@ -380,6 +390,7 @@ def reproduce(options: ReproduceOptions, resolve: Callable[[Protocol], Resources
     recorded_idx = {n: bundle.pool(n).idx.tolist() for n in POOLS}
     signer = bundle.json(layout.ENVIRONMENT_JSON)
     doc = predicate(options, protocol, resources, finding, recorded_idx, fingerprint(key), changed, signer)
+    doc["bounds"] = attested_bounds(bundle, protocol)
     statement = build_reproduction_statement(
         bundle.statement_sha256, {layout.PREDICTIONS[n]: bundle.sha256(layout.PREDICTIONS[n]) for n in POOLS}, doc)
     write_attestation(options.out, attestation_bytes(statement, key))

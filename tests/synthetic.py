@@ -28,7 +28,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle.canonical import dumps
 from bundle.keys import fingerprint
+from bundle.layout import DEFAULT_LOGIT_TOLERANCE
+from job.perclass import class_warnings, per_class
 from job.plausibility import run_warnings
+from job.tolerance_bounds import reproduction_bounds
 from tests.payload import crate_bytes_of, figures_of, seal_payload
 from verify import numerics
 
@@ -127,14 +130,15 @@ def _parquet(entries: list[dict[str, Any]], z32: np.ndarray, y: np.ndarray,
 def write_payload(data: Path, *, sizes: tuple[int, int, int] | None = (8, 40, 40),
                   protocol: bytes | None = None, profile: str = "other", seed: int = 0,
                   scale: float = 6.0, fixed_beta: float | None = None,
-                  signer_fingerprint: str | None = None) -> str:
+                  signer_fingerprint: str | None = None, relabel: list[int] | None = None) -> str:
     """Write a complete FORMAT.md payload into `data`; return the protocol's sha256.
 
     The protocol is `protocol` byte for byte when given, else the repository's with the pool
     sizes `sizes` (None: unchanged); its optional sections decide whether bootstrap.json and
     stability.json are written. `profile` is what resources.json records (the bag must be sealed
     with the same); `seed` and `scale` shape the random logits; `fixed_beta` replaces the fitted
-    beta (a payload whose temperature does not follow from its logits)."""
+    beta (a payload whose temperature does not follow from its logits); `relabel` stores label
+    relabel[y] for a row the model gets as y (the data's names in another order than the model's)."""
     rng = np.random.default_rng(seed)
     proto_raw = protocol_bytes(sizes) if protocol is None else protocol
     protocol = json.loads(proto_raw)
@@ -180,6 +184,8 @@ def write_payload(data: Path, *, sizes: tuple[int, int, int] | None = (8, 40, 40
         y = rng.integers(0, k, n)
         z = rng.normal(0.0, 1.0, (n, k)) * 0.5
         z[np.arange(n), y] += scale * rng.uniform(-0.4, 1.0, n)  # confident, sometimes wrong
+        if relabel is not None:
+            y = np.asarray(relabel)[y]
         z32 = z.astype(np.float32)
         tokens = rng.integers(4, 60, n)
         raw = _parquet(pools[name], z32, y, tokens, batch_size)
@@ -214,7 +220,14 @@ def write_payload(data: Path, *, sizes: tuple[int, int, int] | None = (8, 40, 40
                          "calibrated": numerics.metric_set(*arrays[name], beta, threshold)}
                   for name in (AUDIT, CAL)}}
     max_length = protocol["inference"]["max_length"]
-    metrics["warnings"] = run_warnings(metrics["pools"][AUDIT]["raw"]["accuracy"], k, temperature)
+    metrics["per_class"] = {name: per_class(*arrays[name]) for name in (AUDIT, CAL)}
+    metrics["warnings"] = (run_warnings(metrics["pools"][AUDIT]["raw"]["accuracy"], k, temperature)
+                           + class_warnings(metrics["per_class"][AUDIT]))
+    section = protocol.get("reproduction")
+    tau, source = ((section["logit_tolerance"], "protocol") if section else (DEFAULT_LOGIT_TOLERANCE, "format default"))
+    metrics["reproduction_bounds"] = reproduction_bounds(
+        arrays, metrics["pools"], beta, tau, source,
+        {"beta_min": 1 / fit["t_max"], "beta_max": 1 / fit["t_min"], "steps": fit["steps"]})
     metrics["truncation"] = {name: {"rows": len(pools[name]), "truncated": 0, "longest_tokens": longest[name],
                                     "max_length": max_length} for name in (AUDIT, CAL)}
     digests["metrics.json"] = _write_json(data, "metrics.json", metrics)

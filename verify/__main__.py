@@ -111,7 +111,22 @@ def build_parser() -> argparse.ArgumentParser:
                         "be its subject)")
     p.add_argument("--trusted-verifier", metavar="PUB.pem", action="append", default=[],
                    help="an Ed25519 public key whose verification summaries count; repeatable")
+    p.add_argument("--max-tolerance", metavar="X", type=_tolerance, default=layout.DEFAULT_LOGIT_TOLERANCE,
+                   help="the largest pre-registered reproduction logit tolerance you accept (default: the "
+                        f"format's, {layout.DEFAULT_LOGIT_TOLERANCE:g}); a bundle whose protocol sets a larger "
+                        "one fails reproduction.tolerance")
     return p
+
+
+def _tolerance(text: str) -> float:
+    """--max-tolerance: a positive finite number."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"--max-tolerance must be a positive number, not {text[:40]!r}")
+    return value
 
 
 def _write_report(path: Path, text: str) -> None:
@@ -140,7 +155,8 @@ def _verify_sweep(args: argparse.Namespace) -> int:
     attestations = tuple(reproduction.load_attestation(a) for a in args.reproduction)
     reproducers = tuple(signature.load_trusted_key(k) for k in args.trusted_reproducer)
     outcome = sweep.verify_sweep(args.bundle, keys, attestations=attestations, reproducers=reproducers,
-                                 threshold=args.threshold, require_bit_identical=args.require_bit_identical)
+                                 threshold=args.threshold, require_bit_identical=args.require_bit_identical,
+                                 max_tolerance=args.max_tolerance)
     _out(sweep.sweep_table(outcome))
     return outcome.exit_code
 
@@ -236,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
         attesting = vsa.load_attesting_key(str(args.attest)) if args.attest is not None else None
         outcome = verify_path(args.bundle, trust, expected_protocol_sha256=expected,
                               attestations=attestations, reproducers=reproducers,
-                              require_bit_identical=args.require_bit_identical)
+                              require_bit_identical=args.require_bit_identical,
+                              max_tolerance=args.max_tolerance)
     except InputError as exc:
         _say(str(exc))
         return EXIT_UNREADABLE

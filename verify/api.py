@@ -42,9 +42,11 @@ def verify_path(path: Path, trust: Trust | None = None, *,
                 expected_protocol_sha256: str | None = None,
                 attestations: tuple[Attestation, ...] = (),
                 reproducers: tuple[Ed25519PublicKey, ...] = (),
-                require_bit_identical: bool = False) -> Outcome:
+                require_bit_identical: bool = False,
+                max_tolerance: float = layout.DEFAULT_LOGIT_TOLERANCE) -> Outcome:
     """Run every check on the bundle at `path`, and on each reproduction attestation given (counted
-    only when signed by one of `reproducers`; only a bit-identical one when `require_bit_identical`).
+    only when signed by one of `reproducers`; only a bit-identical one when `require_bit_identical`);
+    a pre-registered logit tolerance above `max_tolerance` fails reproduction.tolerance.
     Raises InputError when it cannot be read at all."""
     trust = trust or Trust()
     start = time.perf_counter()
@@ -55,7 +57,7 @@ def verify_path(path: Path, trust: Trust | None = None, *,
         result = verify_tree(tree, trust, reading=reading,
                              expected_protocol_sha256=expected_protocol_sha256,
                              attestations=attestations, reproducers=reproducers,
-                             require_bit_identical=require_bit_identical)
+                             require_bit_identical=require_bit_identical, max_tolerance=max_tolerance)
         digests.update(_digests(tree, result))
         return result
 

@@ -24,6 +24,7 @@ from typing import Any, Final
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from bundle import layout
 from bundle.dsse import Envelope
 from verify import (
     bag,
@@ -37,6 +38,7 @@ from verify import (
     fit,
     labelmap,
     metrics,
+    perclass,
     plausibility,
     pools,
     predictions,
@@ -46,6 +48,7 @@ from verify import (
     schemacheck,
     signature,
     stability,
+    tolerance,
     workers,
 )
 from verify.context import Attestation, Context, Reading, Trust
@@ -210,6 +213,12 @@ CONTENT: tuple[Entry | Group, ...] = (
           needs=PREDICTIONS),
     Entry(plausibility.WARNINGS_CHECK, "warnings are those the audit accuracy and temperature call for",
           plausibility.warnings, needs=PREDICTIONS),
+    Entry(perclass.CHECK, "per-class results recomputed; best relabelling certified", perclass.per_class,
+          needs=PREDICTIONS + ("signature.statement",)),
+    Entry(tolerance.BOUNDS_CHECK, "what an equivalent reproduction can move, derived from the logits",
+          tolerance.bounds, needs=PREDICTIONS),
+    Entry(tolerance.LIMIT_CHECK, "pre-registered logit tolerance within what the reader accepts",
+          tolerance.within_limit, needs=DOCS),
     Entry("metrics.truncation", "truncation summary restates the predictions' token counts",
           plausibility.truncation, needs=PREDICTIONS, when=plausibility.has_truncation),
     Group((
@@ -383,7 +392,8 @@ def verify_tree(tree: BagTree | None, trust: Trust, *, reading: Reading | None =
                 expected_protocol_sha256: str | None = None,
                 attestations: tuple[Attestation, ...] = (),
                 reproducers: tuple[Ed25519PublicKey, ...] = (),
-                require_bit_identical: bool = False) -> Verification:
+                require_bit_identical: bool = False,
+                max_tolerance: float = layout.DEFAULT_LOGIT_TOLERANCE) -> Verification:
     """Run every check on a bag read into memory (None: it could not be read, as `reading`
     says); return the report lines in order.
 
@@ -392,7 +402,8 @@ def verify_tree(tree: BagTree | None, trust: Trust, *, reading: Reading | None =
     holds; their expansions are then those of the format's base payload."""
     ctx = Context(tree=tree, trust=trust, expected_protocol_sha256=expected_protocol_sha256,
                   attestations=attestations, reproducers=reproducers,
-                  require_bit_identical=require_bit_identical, reading=reading or Reading())
+                  require_bit_identical=require_bit_identical, reading=reading or Reading(),
+                  max_tolerance=max_tolerance)
     unread = Context(tree=BagTree(root=tree.root) if tree is not None else None, trust=trust,
                      expected_protocol_sha256=expected_protocol_sha256, reading=ctx.reading)
     runner = Runner(ctx, unread)

@@ -94,6 +94,10 @@ class Context:
     reproductions: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Attestation number -> what its checks established so far (signer, statement, verdict)."""
     require_bit_identical: bool = False
+    max_tolerance: float = layout.DEFAULT_LOGIT_TOLERANCE
+    """--max-tolerance: the largest pre-registered logit tolerance the reader accepts."""
+    bounds: dict[str, Any] | None = None
+    """What an equivalent reproduction can move, once metrics.reproduction-bounds derived it."""
     """--require-bit-identical: only a `bit-identical` reproduction passes, not an `equivalent` one."""
     reading: Reading = field(default_factory=Reading)
     declared: frozenset[str] | None = None

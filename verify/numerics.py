@@ -185,25 +185,26 @@ def metric_set(z: F64, y: I64, beta: float, threshold: float) -> dict[str, Any]:
     }
 
 
-def compare(found: Any, expected: Any, where: str, tol: float, out: list[str]) -> None:
-    """Append 'where: bundle X, recomputed Y' for every leaf that differs (floats within tol)."""
+def compare(found: Any, expected: Any, where: str, tol: float, out: list[str], rel: float = 0.0) -> None:
+    """Append 'where: bundle X, recomputed Y' for every leaf that differs (floats within
+    tol + rel * |Y|)."""
     if isinstance(expected, dict):
         if not isinstance(found, dict) or set(found) != set(expected):
             out.append(f"{where}: keys {sorted(found) if isinstance(found, dict) else found!r}, "
                        f"expected {sorted(expected)}")
             return
         for key in expected:
-            compare(found[key], expected[key], f"{where}.{key}", tol, out)
+            compare(found[key], expected[key], f"{where}.{key}", tol, out, rel)
     elif isinstance(expected, list):
         if not isinstance(found, list) or len(found) != len(expected):
             out.append(f"{where}: {len(found) if isinstance(found, list) else found!r} entries, "
                        f"expected {len(expected)}")
             return
         for i, (f, e) in enumerate(zip(found, expected)):
-            compare(f, e, f"{where}[{i}]", tol, out)
+            compare(f, e, f"{where}[{i}]", tol, out, rel)
     elif isinstance(expected, float):
         if isinstance(found, bool) or not isinstance(found, (int, float)) or not (
-                abs(found - expected) <= tol):
+                abs(found - expected) <= tol + rel * abs(expected)):
             out.append(f"{where}: bundle {found!r}, recomputed {expected!r}")
     elif expected is None or isinstance(expected, (bool, int, str)):
         if type(found) is not type(expected) or found != expected:

@@ -8,13 +8,15 @@ from typing import Any
 import numpy as np
 
 from bundle import layout
-from verify import numerics
+from verify import numerics, perclass
 from verify.context import POOL_NAMES, Context
 from verify.result import Failed
 
 WARNINGS_CHECK = "metrics.warnings"
 UNRECORDED = " (recomputed; this bundle records no warnings)"
 """How the check's detail ends for a bundle written before metrics.json carried warnings."""
+PER_CLASS_UNRECORDED = " (the per-class ones recomputed; this bundle records no per-class results)"
+"""How it ends for a bundle written before per_class, whose logits call for per-class warnings."""
 
 
 def expected_warnings(accuracy: float, k: int, temperature: dict[str, Any]) -> list[str]:
@@ -41,12 +43,24 @@ def has_truncation(ctx: Context) -> bool:
 
 
 def warnings(ctx: Context) -> str:
-    """The warnings are exactly those the audit accuracy (from the logits) and the temperature call for."""
+    """The warnings are exactly those the audit accuracy, the temperature and the per-class counts call for."""
     m = ctx.doc(layout.METRICS_JSON)
     k = len(ctx.doc(layout.PROTOCOL_JSON)["resources"]["dataset"]["labels"])
     audit = ctx.table("audit")
     accuracy = float((numerics.first_argmax(audit.z) == audit.y).mean())
     expected = expected_warnings(accuracy, k, ctx.doc(layout.TEMPERATURE_JSON))
+    by_class, _ = perclass.expected_warnings(ctx)
+    if "per_class" in m:
+        expected += by_class
+    elif by_class:
+        # A bundle written before per_class (its schema revision allows that, metrics.per-class):
+        # its recorded list is checked by the earlier rule, and the per-class warnings are shown.
+        recorded = m.get("warnings", [])
+        if "warnings" in m and recorded != expected:
+            raise Failed(f"metrics.json warns {recorded!r}, the logits and temperature.json call for "
+                         f"{expected!r}.")
+        return ("WARNING: " + "; WARNING: ".join(expected + by_class)
+                + (PER_CLASS_UNRECORDED if "warnings" in m else UNRECORDED))
     if "warnings" not in m:
         # A bundle written before metrics.json carried warnings (format 1; format 2 requires them,
         # format.fields): the verifier says what they would be, so that writing an older format

@@ -23,9 +23,9 @@ from bundle.dsse import Envelope
 from bundle.errors import CanonicalJSONError
 from bundle.keys import fingerprint
 from bundle.views.arithmetic import arithmetic_words, short_number
-from verify import compat, limits, schemacheck, signature
-from verify.context import Attestation, Context
-from verify.result import EXIT_OK, EXIT_UNTRUSTED, Failed
+from verify import compat, limits, numerics, schemacheck, signature
+from verify.context import METRIC_TOL, Attestation, Context
+from verify.result import EXIT_OK, EXIT_UNTRUSTED, Failed, Missing
 
 MAX_ATTESTATION_BYTES: Final = 1024 * 1024
 """An attestation is a few kB (a sampled one lists its rows); anything far larger is refused unread."""
@@ -316,6 +316,17 @@ def _figures_short(p: dict[str, Any]) -> str:
     return f"{figs['changed']} of {figs['compared']} published figures changed (listed in its check)"
 
 
+def _check_bounds(ctx: Context, p: dict[str, Any]) -> None:
+    """An attestation's `bounds` (when it states them) are those the bundle's logits give."""
+    if "bounds" not in p or ctx.bounds is None:
+        return
+    diffs: list[str] = []
+    numerics.compare(p["bounds"], ctx.bounds, "bounds", METRIC_TOL, diffs, rel=METRIC_TOL)
+    if diffs:
+        raise Failed("the attestation's bounds are not those the bundle's logits and tolerance give: "
+                     + "; ".join(diffs[:2]) + ".")
+
+
 def reproduced(ctx: Context, n: str) -> str:
     """Its verdict, consistent with its numbers and the bundle's tolerance, is bit-identical or equivalent."""
     found = _found(ctx, n)
@@ -331,6 +342,7 @@ def reproduced(ctx: Context, n: str) -> str:
     if ctx.require_bit_identical and level != "bit-identical":
         raise Failed(f"equivalent, not bit-identical (largest difference {short_number(worst['abs'])}, {worst['ulps']} "
                      f"ulps; {cpus}), and --require-bit-identical was given.")
+    _check_bounds(ctx, p)
     tol = p["tolerance"]["abs"] if "tolerance" in p else None
     found["verdict"] = {"level": level, "mode": p["mode"], "rows": rows["compared"], "largest": worst["abs"],
                         "tolerance": tol, "other_cpu": differ, "figures": _figures_short(p)}
@@ -383,4 +395,27 @@ def assurance(ctx: Context, code: int) -> str:
     if selfs:
         third += ("; a self-reproduction by the bundle's own signer, not counted as independent: "
                   + "; ".join(_phrase(v) for v in selfs))
-    return f"{signer}; every figure recomputed from the logits; {third}"
+    return f"{signer}; every figure recomputed from the logits{reader_view(ctx)}; {third}"
+
+
+def reader_view(ctx: Context) -> str:
+    """The tolerance that `equivalent` allows, whether it is the format default, and what it can move."""
+    try:
+        tau, source = tolerance(ctx)
+    except Missing:
+        return ""
+    whose = ("the format default" if source == "format default" else
+             "the protocol's, equal to the format default" if tau == layout.DEFAULT_LOGIT_TOLERANCE else
+             f"the protocol's, {tau / layout.DEFAULT_LOGIT_TOLERANCE:g} times the format default "
+             f"{layout.DEFAULT_LOGIT_TOLERANCE:g}")
+    moved = f": {bounds_words(ctx.bounds)}" if ctx.bounds is not None else ""
+    return f"; reproduction tolerance {tau:g} per logit ({whose}){moved}"
+
+
+def bounds_words(b: dict[str, Any]) -> str:
+    """The audit pool's calibrated worst-case movements, in a line."""
+    x = b["pools"]["audit"]["calibrated"]
+    return (f"an equivalent reproduction can move audit calibrated NLL by {x['nll']:.2g}, Brier by {x['brier']:.2g}, "
+            f"ECE by {x['ece']:.2g}, MCE by {x['mce']:.2g}, accuracy by {x['accuracy']:.2g} "
+            f"({x['rows_that_could_flip']} rows could flip, {x['rows_near_bin_edge']} near a bin edge); "
+            f"T stays in [{b['temperature']['t_low']:.6g}, {b['temperature']['t_high']:.6g}]")

@@ -237,7 +237,8 @@ def _summary(bag: Path) -> dict[str, Any]:
 def verify_member(bag: str, keys_raw: tuple[bytes, ...], protocol_sha256: str,
                   statement_sha256: str, summary: dict[str, Any], attestations: tuple[Attestation, ...] = (),
                   reproducers_raw: tuple[bytes, ...] = (), threshold: int = 1,
-                  require_bit_identical: bool = False) -> tuple[bool, str]:
+                  require_bit_identical: bool = False,
+                  max_tolerance: float = layout.DEFAULT_LOGIT_TOLERANCE) -> tuple[bool, str]:
     """(verified, detail) for one member bundle; runs in a worker process, so all arguments are
     plain data. The bundle must pass every check under `threshold` of the trusted keys with the
     planned protocol (and its reproductions at the level asked for), its signed statement must be
@@ -251,7 +252,7 @@ def verify_member(bag: str, keys_raw: tuple[bytes, ...], protocol_sha256: str,
     try:
         outcome = verify_path(Path(bag), trust, expected_protocol_sha256=protocol_sha256, attestations=attestations,
                               reproducers=tuple(Ed25519PublicKey.from_public_bytes(k) for k in reproducers_raw),
-                              require_bit_identical=require_bit_identical)
+                              require_bit_identical=require_bit_identical, max_tolerance=max_tolerance)
     except (InputError, OSError, ValueError, UnicodeError, MemoryError, RecursionError) as exc:
         # an unreadable member is a failed member, never a crash of the whole verification
         return False, f"cannot be read ({type(exc).__name__}: {exc})"
@@ -307,7 +308,8 @@ def _match_attestations(st: _State, attestations: tuple[Attestation, ...]) -> No
 
 def _check_members(root: Path, st: _State, keys: list[tuple[Ed25519PublicKey, str]], processes: int,
                    attestations: tuple[Attestation, ...] = (), reproducers_raw: tuple[bytes, ...] = (),
-                   threshold: int = 1, require_bit_identical: bool = False) -> str:
+                   threshold: int = 1, require_bit_identical: bool = False,
+                   max_tolerance: float = layout.DEFAULT_LOGIT_TOLERANCE) -> str:
     plan = _need_plan(st)
     if st.index is None:
         raise Failed("no signed index to say which members are done.")
@@ -325,7 +327,7 @@ def _check_members(root: Path, st: _State, keys: list[tuple[Ed25519PublicKey, st
             bag = root / layout.SWEEP_MEMBERS / m["name"]
             jobs.append((m["name"], (str(bag), keys_raw, m["protocol_sha256"], row["statement_sha256"],
                                      row["summary"], tuple(st.attested.get(m["name"], [])), reproducers_raw,
-                                     threshold, require_bit_identical)))
+                                     threshold, require_bit_identical, max_tolerance)))
     if jobs:
         workers = max(1, min(processes, len(jobs)))
         with ProcessPoolExecutor(max_workers=workers) as executor:
@@ -415,7 +417,8 @@ def unsigned_files(root: Path, limit: int = limits.MAX_ENTRIES) -> list[str]:
 def verify_sweep(path: Path, keys: list[tuple[Ed25519PublicKey, str]], processes: int | None = None, *,
                  attestations: tuple[Attestation, ...] = (),
                  reproducers: tuple[Ed25519PublicKey, ...] = (), threshold: int = 1,
-                 require_bit_identical: bool = False) -> SweepOutcome:
+                 require_bit_identical: bool = False,
+                 max_tolerance: float = layout.DEFAULT_LOGIT_TOLERANCE) -> SweepOutcome:
     """Run SWEEP_CHECKS on the sweep directory at `path` against the trusted `keys`, of which
     `threshold` must have signed the plan, the index and every member; each reproduction
     attestation is checked with the member bundle it names (counted only when signed by one of
@@ -431,7 +434,7 @@ def verify_sweep(path: Path, keys: list[tuple[Ed25519PublicKey, str]], processes
         "sweep.members-folder": lambda: _check_members_folder(path, st),
         "sweep.members": lambda: _check_members(path, st, keys, procs, attestations,
                                                 tuple(_public_raw(k) for k in reproducers), threshold,
-                                                require_bit_identical),
+                                                require_bit_identical, max_tolerance),
         "sweep.views": lambda: _check_views(path, st),
         "sweep.reproductions": lambda: _check_reproductions(st, len(attestations)),
         "sweep.complete": lambda: _check_complete(path, st),

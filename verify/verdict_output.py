@@ -7,7 +7,7 @@ from typing import Any
 
 from bundle.keys import fingerprint
 from verify.api import Outcome
-from verify.plausibility import UNRECORDED, WARNINGS_CHECK
+from verify.plausibility import PER_CLASS_UNRECORDED, UNRECORDED, WARNINGS_CHECK
 from verify.result import EXIT_FAILED, EXIT_OK, EXIT_UNTRUSTED, Check
 
 REPORT_VERSION = 1
@@ -91,9 +91,11 @@ def _warning_lines(outcome: Outcome) -> list[str]:
         return []
     detail, unsigned = found[0], found[0].endswith(UNRECORDED)
     where = ("recomputed here; this bundle, of a format before warnings, records none" if unsigned
-             else "signed in metrics.json, recomputed here")
+             else "the per-class ones recomputed here; this bundle records no per-class results"
+             if detail.endswith(PER_CLASS_UNRECORDED) else "signed in metrics.json, recomputed here")
+    body = detail.removesuffix(UNRECORDED).removesuffix(PER_CLASS_UNRECORDED)
     return ["", f"The run warns ({where}; the figures are what it found):"] + [
-        f"  {_printable(w)}" for w in detail.removesuffix(UNRECORDED).split("; WARNING: ")]
+        f"  {_printable(w)}" for w in body.split("; WARNING: ")]
 
 
 def table(outcome: Outcome) -> str:

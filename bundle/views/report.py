@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bundle import layout
-from bundle.layout import data_name
+from bundle.layout import DEFAULT_LOGIT_TOLERANCE, data_name
 from bundle.views import RENDERER_PACKAGE, STATED_REVISION
 from bundle.views.markdown import code, text
 
@@ -343,6 +343,67 @@ def _label_map_lines(p: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
+def _ratio(x: float | None) -> str:
+    return "n/a" if x is None else format(x, ".6f")
+
+
+def _per_class_lines(p: dict[str, Any], m: dict[str, Any]) -> list[str]:
+    """The audit pool's per-class results and, for K <= 10, its confusion matrix (metrics.json
+    `per_class`; none for bundles written before it)."""
+    found = m.get("per_class")
+    if found is None:
+        return []
+    labels = p["resources"]["dataset"]["labels"]
+    audit = found["audit"]
+    lines = ["### Per class, audit pool", "",
+             ("From the predicted labels (metrics.json, `per_class`), the same raw and calibrated: a temperature "
+              "never changes the predicted label. The protocol's bootstrap asks for no per-class intervals, so "
+              "there are none."), "",
+             "| label | name | support | predicted | correct | recall | precision |",
+             "|---:|---|---:|---:|---:|---:|---:|"]
+    for j, name in enumerate(labels):
+        lines.append(f"| {j} | {text(name)} | {audit['support'][j]} | {audit['predicted'][j]} | "
+                     f"{audit['correct'][j]} | {_ratio(audit['recall'][j])} | {_ratio(audit['precision'][j])} |")
+    best, recorded = audit["best_permutation"], m["pools"]["audit"]["raw"]
+    lines += ["", (f"The permutation of the label map that makes the most audit rows right makes {best['correct']} "
+                   f"right (accuracy {best['accuracy']:.6f}; the recorded map: {recorded['correct']}, "
+                   f"{recorded['accuracy']:.6f})."), ""]
+    k = len(labels)
+    if k <= 10:
+        cells = {(a, b): c for a, b, c in audit["confusion"]}
+        lines += ["Confusion matrix, audit pool (rows: label; columns: predicted):", "",
+                  "| label | " + " | ".join(str(b) for b in range(k)) + " |", "|---:|" + "---:|" * k]
+        lines += [f"| {a} | " + " | ".join(str(cells.get((a, b), 0)) for b in range(k)) + " |" for a in range(k)]
+        lines.append("")
+    return lines
+
+
+def _bounds_lines(m: dict[str, Any]) -> list[str]:
+    """What an equivalent reproduction can move (metrics.json `reproduction_bounds`)."""
+    b = m.get("reproduction_bounds")
+    if b is None:
+        return []
+    tau = b["logit_tolerance"]
+    whose = ("the format's default" if b["source"] == "format default" else
+             "the protocol's, equal to the format's default" if tau == DEFAULT_LOGIT_TOLERANCE else
+             f"the protocol's; the format's default is {DEFAULT_LOGIT_TOLERANCE:g}")
+    t = b["temperature"]
+    lines = ["### What an equivalent reproduction can move", "",
+             (f"A reproduction is `equivalent` when every logit is within {tau:g} of the stored one ({whose}). "
+              f"Over every such set of logits, with the temperature refitted (it stays in "
+              f"[{t['t_low']:.6f}, {t['t_high']:.6f}]), no figure moves further than this "
+              "(metrics.json, `reproduction_bounds`; bundle/FORMAT.md gives the derivation):"), "",
+             ("| pool/probabilities | accuracy | mean_confidence | nll | brier | ece | mce | rows that could flip | "
+              "rows near a bin edge |"), "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for pool in ("audit", "calibration"):
+        for which in ("raw", "calibrated"):
+            x = b["pools"][pool][which]
+            moved = " | ".join(format(x[f], ".2e") for f in
+                               ("accuracy", "mean_confidence", "nll", "brier", "ece", "mce"))
+            lines.append(f"| {pool}/{which} | {moved} | {x['rows_that_could_flip']} | {x['rows_near_bin_edge']} |")
+    return lines + [""]
+
+
 def report_markdown(docs: Mapping[str, Any], protocol_sha256: str, figures: Sequence[str]) -> str:
     """The report for a bundle whose parsed JSON files are `docs` (keys as in JSON_FILES),
     whose protocol.json hashes to protocol_sha256 and whose payload holds the figures `figures`
@@ -376,6 +437,8 @@ def report_markdown(docs: Mapping[str, Any], protocol_sha256: str, figures: Sequ
             "Calibration pool, the fit pool (not evidence):", ""]
     out += _render_table("metrics-calibration", tables["metrics-calibration"], "metric")
     out += _truncation_lines(m)
+    out += _per_class_lines(p, m)
+    out += _bounds_lines(m)
     out += ["### Threshold", "",
             "Rows accepted at top-label probability >= value, and the wrong ones among them.", ""]
     out += _render_table("threshold", tables["threshold"], "pool/probabilities")

@@ -122,8 +122,10 @@ def test_a_genuine_bundle_reproduces_in_full_and_the_verifier_counts_it(
     assert code == 0, out
     assert "PASS    reproduction.1.reproduced" in out and "bit-identical: 40 rows compared (full: every row)" in out
     assert "signed on " in out and ", reproduced on " in out and "published figures unchanged" in out
-    assert out.rstrip().endswith("Assurance: signed by a trusted key and intact; every figure recomputed from the "
-                                 "logits; logits reproduced bit for bit by 1 trusted party (full: 40 rows)")
+    assert ("Assurance: signed by a trusted key and intact; every figure recomputed from the logits; reproduction "
+            "tolerance 0.0001 per logit (the protocol's, equal to the format default): an equivalent reproduction can "
+            "move audit calibrated NLL by ") in out
+    assert out.rstrip().endswith("; logits reproduced bit for bit by 1 trusted party (full: 40 rows)")
 
 
 def test_a_sampled_reproduction_of_the_archive_runs_only_the_batches_holding_its_rows(
@@ -274,6 +276,9 @@ def test_a_tampered_predicate_fails(full: Path, tiny_bundle: Path, signing_key_d
         (lambda d: d["predicate"].update(protocol_sha256="ab" * 32), "reproduction.1.subjects"),
         (lambda d: d["predicate"].update(extra=True), "reproduction.1.signed"),  # schema: closed
         (sample_of_my_choosing, "reproduction.1.reproduced"),
+        # what equivalent can move, understated
+        (lambda d: d["predicate"]["bounds"]["pools"]["audit"]["calibrated"].update(ece=0.0),
+         "reproduction.1.reproduced"),
     ]
     for i, (edit, failing) in enumerate(cases):
         att = resign(full, tmp_path / f"att{i}.json", reproducer, edit)
