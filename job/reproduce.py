@@ -225,7 +225,8 @@ def rerun(bundle: VerifiedBundle, protocol: Protocol, resources: Resources, samp
     from job.engines import open_engine
     from job.runtime import Settings
 
-    s = Settings.from_protocol(protocol.inference)
+    s = Settings.from_protocol(protocol.inference, signer_threads(bundle.json(layout.ENVIRONMENT_JSON),
+                                                                  protocol.inference.torch_threads))
     rows = load_rows([f.local for f in resources.dataset.files], resources.dataset_spec, protocol.dataset)
     pools = make_pools(protocol.prefix, rows.ids, protocol.split.pools)
     recorded = {name: bundle.pool(name) for name in POOLS}
@@ -257,6 +258,27 @@ def rerun(bundle: VerifiedBundle, protocol: Protocol, resources: Resources, samp
     order_of = {f: i for i, f in enumerate(INPUT_FIELDS)}
     differences.sort(key=lambda d: (POOLS.index(d.pool), order_of[d.field]))
     return Finding(results, {f: checked[f] for f in INPUT_FIELDS if f in checked}, differences, cluster)
+
+
+def signer_threads(signer: dict[str, Any], bound: int) -> int | None:
+    """The torch thread count the signer's batches ran at, for the re-run to use: the workers' one
+    count on a cluster, else the run's recorded `threads.used`; None (the machine's default) when
+    the bundle records none, several, or one outside the protocol's bound.
+
+    On some CPUs the logits depend on it: MKL's sgemm on an Intel Xeon (AVX-512, AMX) splits the
+    inner dimension of a short, deep product (the feed-forward output, 64 to 192 rows of 1,536)
+    across threads, so 1 and 2 threads round differently (docs/PERFORMANCE.md). Re-running at the
+    signer's count is what lets an honest re-run on the same kind of CPU be bit-identical."""
+    cluster = signer.get("cluster")
+    if isinstance(cluster, dict):
+        counts = {w.get("threads") for w in cluster.get("workers", []) if any(w.get("batches", {}).values())}
+    else:
+        threads = signer.get("threads")
+        counts = {threads.get("used")} if isinstance(threads, dict) else set()
+    if len(counts) != 1:
+        return None
+    (count,) = counts
+    return count if isinstance(count, int) and not isinstance(count, bool) and 1 <= count <= bound else None
 
 
 def first_differences(finding: Finding, recorded_idx: dict[str, list[int]]) -> list[dict[str, Any]]:

@@ -74,9 +74,10 @@ def _predicate(attestation: Path) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def single(tmp_path_factory: pytest.TempPathFactory, signing_key_dir: Path) -> Path:
-    """The stand-in run in this process, as `make standin-run` runs it."""
+    """The stand-in run in this process, as `make standin-run` runs it, at the workers' one thread:
+    on an Intel Xeon MKL rounds some products differently at 1 and 2 threads (docs/PERFORMANCE.md)."""
     out = tmp_path_factory.mktemp("single") / "bundle"
-    rc = job_main(["run", "--resources", str(LOCK), "--out", str(out), "--no-progress",
+    rc = job_main(["run", "--resources", str(LOCK), "--out", str(out), "--no-progress", "--threads", "1",
                    "--signing-key", _key(signing_key_dir)])
     assert rc == 0
     return out

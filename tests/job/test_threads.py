@@ -105,3 +105,18 @@ def test_the_logits_are_bit_identical_at_1_to_4_threads(tiny_world: tuple[Path, 
         predictions.append(((data / "predictions" / "calibration.parquet").read_bytes(),
                             (data / "predictions" / "audit.parquet").read_bytes()))
     assert all(p == predictions[0] for p in predictions)
+
+
+def test_a_reproduction_reruns_at_the_thread_count_the_bundle_records() -> None:
+    from job.reproduce import signer_threads
+
+    assert signer_threads({"threads": {"used": 1}}, 4) == 1
+    assert signer_threads({"threads": {"used": 3}}, 4) == 3
+    assert signer_threads({}, 4) is None  # format 1: no record, the machine's default
+    assert signer_threads({"threads": {"used": 8}}, 4) is None  # beyond the protocol's bound
+    assert signer_threads({"threads": {"used": True}}, 4) is None
+    workers = [{"threads": 1, "batches": {"audit": [0]}}, {"threads": 1, "batches": {"calibration": [1]}},
+               {"threads": 4, "batches": {}}]  # a worker that ran nothing does not count
+    assert signer_threads({"threads": {"used": 2}, "cluster": {"workers": workers}}, 4) == 1
+    workers[1]["threads"] = 2
+    assert signer_threads({"cluster": {"workers": workers}}, 4) is None  # several counts
