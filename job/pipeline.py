@@ -25,6 +25,7 @@ from job.dataset import Rows, Strings, load_rows, take
 from job.engines import Engine, LocalEngine, open_engine
 from job.environment import PeakRss, StageClock, environment_record
 from job.errors import JobError
+from job.estimators import estimators_record
 from job.forward_check import check_packed_forward
 from job.inference import pool_output
 from job.labelmap import LabelMap
@@ -158,12 +159,18 @@ def metrics_record(protocol: Protocol, predictions: Mapping[str, Predictions], b
         }
     audit = pools[AUDIT]["raw"]
     max_length = protocol.inference.max_length
-    return {"protocol_sha256": protocol.sha256, "temperature_sha256": temperature_sha256,
-            "beta": beta, "temperature": 1.0 / beta, "argmax_unchanged": unchanged, "pools": pools,
-            "warnings": run_warnings(audit["accuracy"], len(protocol.resources.dataset.labels), temperature),
-            "truncation": {name: truncation_summary(predictions[name].full_token_count, predictions[name].truncated,
-                                                    max_length)
-                           for name in (AUDIT, CAL)}}
+    record = {"protocol_sha256": protocol.sha256, "temperature_sha256": temperature_sha256,
+              "beta": beta, "temperature": 1.0 / beta, "argmax_unchanged": unchanged, "pools": pools,
+              "warnings": run_warnings(audit["accuracy"], len(protocol.resources.dataset.labels), temperature),
+              "truncation": {name: truncation_summary(predictions[name].full_token_count,
+                                                      predictions[name].truncated, max_length)
+                             for name in (AUDIT, CAL)}}
+    if protocol.estimators:
+        boot = protocol.bootstrap
+        record["estimators"] = estimators_record(
+            protocol.estimators, AUDIT, predictions[AUDIT].logits.astype(np.float64), predictions[AUDIT].labels,
+            beta, boot.resamples if boot else 0, boot.seed if boot else 0)
+    return record
 
 
 def as_written(doc: Any) -> Any:

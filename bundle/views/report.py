@@ -105,10 +105,34 @@ def expected_tables(docs: Mapping[str, Any]) -> Tables:
             for b in range(len(m["pools"]["audit"]["raw"]["bins"]))
         },
     }
+    if "estimators" in m:
+        out.update(_estimator_tables(m["estimators"]["results"]))
     if docs.get(layout.BOOTSTRAP_JSON) is not None:
         out["bootstrap"] = _bootstrap_table(docs[layout.BOOTSTRAP_JSON])
     if docs.get(layout.STABILITY_JSON) is not None:
         out["stability"] = _stability_table(docs[layout.STABILITY_JSON])
+    return out
+
+
+def _estimator_tables(results: dict[str, Any]) -> Tables:
+    """`estimators`: each scalar estimator raw, calibrated, their change and its paired-bootstrap
+    interval and verdict (n/a where none was pre-registered); `bin-intervals-<id>`: each ECE bin's
+    Clopper-Pearson interval, raw and calibrated."""
+    out: Tables = {}
+    scalars = {}
+    for key, r in results.items():
+        if r["kind"] == "bin-intervals":
+            out[f"bin-intervals-{text(key)}"] = {
+                str(b): {f"{kind}_{c}": cell(r[kind]["bins"][b][c]) for kind in ("raw", "calibrated")
+                         for c in ("count", "correct", "lower", "upper")}
+                for b in range(len(r["raw"]["bins"]))}
+            continue
+        raw, cal, d = r["raw"]["value"], r["calibrated"]["value"], r.get("difference", {})
+        scalars[text(key)] = {"raw": cell(raw), "calibrated": cell(cal),
+                              "change": cell(None) if raw is None or cal is None else change(cal, raw),
+                              **{c: cell(d.get(c)) for c in ("lower", "upper", "verdict")}}
+    if scalars:
+        out["estimators"] = scalars
     return out
 
 
@@ -257,6 +281,33 @@ def _bootstrap_lines(b: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def _estimator_lines(m: dict[str, Any], tables: Tables) -> list[str]:
+    """The pre-registered estimators' section (nothing for a protocol without them)."""
+    if "estimators" not in m:
+        return []
+    e = m["estimators"]
+    lines = ["### Pre-registered estimators, audit pool", "",
+             ("Each estimator the protocol names in metrics.estimators (metrics.json `estimators`), raw "
+              "and calibrated; `lower`, `upper` and `verdict` are its paired bootstrap of calibrated "
+              f"minus raw over the {e['resamples']} resamples of bootstrap.json (n/a: none "
+              "pre-registered). Definitions and the reference library each one agrees with: "
+              "docs/GUIDE.md, \"The estimators\"."), ""]
+    if "estimators" in tables:
+        lines += _render_table("estimators", tables["estimators"], "estimator")
+    for key, r in e["results"].items():
+        for kind in ("raw", "calibrated"):
+            if r[kind].get("reason"):
+                lines += [f"{text(key)} ({kind}) is not reported: {text(r[kind]['reason'])}.", ""]
+        if r["kind"] == "smooth-ece":
+            lines += [(f"{text(key)}: kernel bandwidth {cell(r['raw']['bandwidth'])} raw, "
+                       f"{cell(r['calibrated']['bandwidth'])} calibrated."), ""]
+        if r["kind"] == "bin-intervals":
+            lines += [(f"{text(key)}: Clopper-Pearson interval of each reliability bin's accuracy "
+                       "(n/a: an empty bin)."), ""]
+            lines += _render_table(f"bin-intervals-{text(key)}", tables[f"bin-intervals-{text(key)}"], "bin")
+    return lines
+
+
 def _stability_lines(s: dict[str, Any] | None) -> list[str]:
     if s is None:
         return ["The calibration-size study did not run.", ""]
@@ -382,6 +433,7 @@ def report_markdown(docs: Mapping[str, Any], protocol_sha256: str, figures: Sequ
     out += ["### Reliability bins, audit pool", "",
             "Bin b holds confidence in [lower, upper) (the last bin also holds 1.0).", ""]
     out += _render_table("bins-audit", tables["bins-audit"], "bin")
+    out += _estimator_lines(m, tables)
     shown = [(data_name(path), alt) for path, alt in FIGURE_FILES if data_name(path) in figures]
     out += ["## Figures", ""]
     out += [f"![{alt}]({path})\n" for path, alt in shown] or ["No figures were rendered.", ""]
