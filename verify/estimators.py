@@ -32,9 +32,11 @@ UNDEFINED = "no bin holds two rows, so the debiased estimate is undefined"
 
 
 def wanted(ctx: Context) -> bool:
-    """Whether the protocol pre-registers estimators or metrics.json holds some."""
-    return bool(ctx.doc(layout.PROTOCOL_JSON)["metrics"].get("estimators")) or \
-        "estimators" in ctx.doc(layout.METRICS_JSON)
+    """Whether the protocol pre-registers estimators or metrics.json holds some (when either
+    document is unreadable its own check has failed, and the entry is reported as not run)."""
+    protocol, metrics = ctx.docs.get(layout.PROTOCOL_JSON), ctx.docs.get(layout.METRICS_JSON)
+    return (isinstance(protocol, dict) and bool(protocol.get("metrics", {}).get("estimators"))) or (
+        isinstance(metrics, dict) and "estimators" in metrics) or protocol is None or metrics is None
 
 
 # ---- binned ----------------------------------------------------------------------------------
