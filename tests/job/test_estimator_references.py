@@ -192,7 +192,7 @@ def test_torchmetrics_binning_equals_the_protocol_ece_and_mce_except_for_a_confi
     public = pytest.importorskip("torchmetrics.functional.classification")
     for name, z, y in POOLS[:2]:
         m = compute_metrics(z, y, 1.0, 0.9)
-        pred, conf, correct = top_label(softmax(z), y)
+        _, conf, correct = top_label(softmax(z), y)
         c, a = torch.from_numpy(conf), torch.from_numpy(correct)
         assert float(tm._ce_compute(c, a, 10, norm="l1")) == pytest.approx(m["ece"], abs=EXACT, rel=0), name
         assert float(tm._ce_compute(c, a, 10, norm="max")) == pytest.approx(m["mce"], abs=EXACT, rel=0), name
@@ -203,7 +203,7 @@ def test_torchmetrics_binning_equals_the_protocol_ece_and_mce_except_for_a_confi
     # torchmetrics bucketizes them into an eleventh bin of their own.
     p, y = EDGES["confidence-exactly-one"]
     ours = compute_metrics(np.log(p), y, 1.0, 0.9)["ece"]
-    pred, conf, correct = top_label(p, y)
+    _, conf, correct = top_label(p, y)
     theirs = float(tm._ce_compute(torch.from_numpy(conf), torch.from_numpy(correct), 10, norm="l1"))
     assert abs(ours - theirs) > 1e-3
     split = np.minimum(np.floor(conf * 10).astype(int), 10)  # torchmetrics' bins: [k/10, (k+1)/10) and {1.0}
