@@ -293,7 +293,7 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
         environment["cluster"] = cluster
     art.write_json(layout.ENVIRONMENT_JSON, environment)
     # Views of the records above, as written: figures, the report, then the crate (last: it describes all).
-    figures = render_figures(metrics, audit.logits.astype(np.float64))
+    figures = render_figures(metrics, audit.logits.astype(np.float64), audit.labels)
     for rel, png in figures.items():
         art.write_bytes(f"{layout.DATA_DIR}/{rel}", png)
     del cal, audit
