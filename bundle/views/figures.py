@@ -34,6 +34,7 @@ FIGURES = (RELIABILITY, CONFIDENCE)
 
 DPI = 100
 SIZE_RELIABILITY = (9.0, 5.4)
+SIZE_RELIABILITY_CLASSWISE = (13.5, 5.4)
 SIZE_CONFIDENCE = (6.4, 4.0)
 HIST_BINS = 20
 BLOCK_CELLS = 1 << 20
@@ -80,6 +81,31 @@ class Estimates:
     smooth: tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]] | None
     smooth_ece: float | None
     bandwidth: float | None
+    classwise: tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64]] | None = None
+
+
+def classwise_bins(logits: NDArray[np.float64], labels: NDArray[np.int64], beta: float
+                   ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64]]:
+    """Every class's probability p_k against 1[y = k], all classes pooled, in the protocol's 10
+    left-closed bins (the last holding 1.0): per bin the mean p_k, the frequency of y = k (NaN
+    for an empty bin) and the count of (row, class) pairs."""
+    edges = np.arange(11) / 10.0
+    total = np.zeros(10)
+    hits = np.zeros(10)
+    count = np.zeros(10, dtype=np.int64)
+    step = max(1, BLOCK_CELLS // max(logits.shape[1], 1))
+    for start in range(0, len(logits), step):
+        z = beta * logits[start:start + step]
+        shifted = z - z.max(axis=1, keepdims=True)
+        p = np.exp(shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True)))
+        onehot = np.zeros_like(p)
+        onehot[np.arange(len(p)), labels[start:start + step]] = 1.0
+        which = np.clip(np.searchsorted(edges, p.ravel(), side="right") - 1, 0, 9)
+        total += np.bincount(which, weights=p.ravel(), minlength=10)
+        hits += np.bincount(which, weights=onehot.ravel(), minlength=10)
+        count += np.bincount(which, minlength=10)
+    safe = np.where(count > 0, count, 1)
+    return (np.where(count > 0, total / safe, np.nan), np.where(count > 0, hits / safe, np.nan), count)
 
 
 def _reliability_panel(ax: Any, cax: Any, m: dict[str, Any], label: str, color: str,
@@ -150,6 +176,30 @@ def _estimates(ax: Any, bins: list[dict[str, Any]], extra: Estimates, color: str
             first = False
 
 
+def _classwise_panel(ax: Any, cax: Any, extras: Mapping[str, Estimates], temperature: float) -> None:
+    """Every class's probability against its frequency, raw and calibrated (K > 2 only)."""
+    ax.plot([0, 1], [0, 1], linestyle="--", linewidth=1.0, color=COLORS["ideal"], label="perfect calibration")
+    edges = np.arange(11) / 10.0
+    for scale, label in (("raw", "raw (T = 1)"), ("calibrated", f"calibrated (T = {temperature:.4f})")):
+        bins = extras[scale].classwise
+        assert bins is not None
+        mean_p, freq, count = bins
+        ax.plot(mean_p, freq, marker="o", markersize=3, linewidth=1.2, color=COLORS[scale], label=label)
+        cax.stairs(count, edges, color=COLORS[scale], linewidth=1.2)
+    ax.set_xlim(0.0, 1.0)
+    ax.set_ylim(0.0, 1.0)
+    ax.set_yticks(np.linspace(0, 1, 6))
+    ax.set_ylabel("frequency of the class")
+    ax.set_title("classwise, every class pooled", pad=44)
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=1, fontsize=7, frameon=False, borderaxespad=0.2)
+    ax.tick_params(labelbottom=False)
+    cax.set_yscale("symlog", linthresh=1.0)
+    cax.set_xlim(0.0, 1.0)
+    cax.set_xticks(np.linspace(0, 1, 6))
+    cax.set_xlabel("class probability")
+    cax.set_ylabel("pairs")
+
+
 def estimates_of(metrics: Mapping[str, Any], audit_logits: NDArray[np.float64],
                  audit_labels: NDArray[np.int64] | None) -> dict[str, Estimates] | None:
     """Per scale (raw, calibrated), what metrics.json's estimators add to the figure; None for a
@@ -173,7 +223,9 @@ def estimates_of(metrics: Mapping[str, Any], audit_logits: NDArray[np.float64],
                 None if b["lower"] is None else (float(b["lower"]), float(b["upper"]))
                 for b in intervals[scale]["bins"]],
             smooth=curve, smooth_ece=None if smooth is None else smooth[scale]["value"],
-            bandwidth=None if smooth is None else smooth[scale]["bandwidth"])
+            bandwidth=None if smooth is None else smooth[scale]["bandwidth"],
+            classwise=(classwise_bins(audit_logits, audit_labels, beta)
+                       if audit_labels is not None and audit_logits.shape[1] > 2 else None))
     return out
 
 
@@ -190,13 +242,17 @@ def reliability_png(audit: dict[str, Any], temperature: float, legend_above: boo
 def reliability_figure(audit: dict[str, Any], temperature: float, legend_above: bool = True,
                        extras: Mapping[str, Estimates] | None = None) -> Figure:
     """The figure reliability_png draws (call it where the rcParams are RC's, as there)."""
-    fig = Figure(figsize=SIZE_RELIABILITY, dpi=DPI)
-    axes = fig.subplots(2, 2, sharex="col", gridspec_kw={"height_ratios": [3, 1]})
+    classwise = extras is not None and extras["raw"].classwise is not None
+    fig = Figure(figsize=SIZE_RELIABILITY_CLASSWISE if classwise else SIZE_RELIABILITY, dpi=DPI)
+    axes = fig.subplots(2, 3 if classwise else 2, sharex="col", gridspec_kw={"height_ratios": [3, 1]})
     _reliability_panel(axes[0, 0], axes[1, 0], audit["raw"], "raw (T = 1)", COLORS["raw"], legend_above,
                        None if extras is None else extras["raw"])
     _reliability_panel(axes[0, 1], axes[1, 1], audit["calibrated"],
                        f"calibrated (T = {temperature:.4f})", COLORS["calibrated"], legend_above,
                        None if extras is None else extras["calibrated"])
+    if classwise:
+        assert extras is not None
+        _classwise_panel(axes[0, 2], axes[1, 2], extras, temperature)
     fig.suptitle("Reliability, audit pool (10 equal-width confidence bins)", fontsize=11)
     fig.tight_layout()
     return fig

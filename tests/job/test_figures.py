@@ -100,3 +100,22 @@ def test_estimators_add_whiskers_and_the_smoothed_curve_and_nothing_else_changes
     # One row right at confidence c and one wrong at 1 - c: the curve is 1/2 between them.
     t, curve, _, _ = smooth_curve(np.array([0.3, 0.7]), np.array([1.0, 0.0]), 0.3, 1, 0)
     assert t[50] == 0.5 and abs(curve[50] - 0.5) < 1e-15 and curve[30] > 0.5 > curve[70]
+
+
+def test_the_classwise_panel_pools_every_class_in_the_protocols_bins() -> None:
+    from bundle.views.figures import classwise_bins
+    from job.calibration import softmax
+
+    rng = np.random.default_rng(4)
+    z = rng.normal(size=(50, 4)) * 2
+    y = rng.integers(0, 4, 50)
+    mean_p, freq, count = classwise_bins(z, y, 0.8)
+    p = softmax(0.8 * z).ravel()
+    hit = (np.arange(4)[None, :] == y[:, None]).ravel()
+    which = np.minimum((p * 10).astype(int), 9)  # left-closed k/10 bins, 1.0 in the last
+    for b in range(10):
+        assert count[b] == (which == b).sum()
+        if count[b]:
+            assert abs(mean_p[b] - p[which == b].mean()) < 1e-15 and freq[b] == hit[which == b].mean()
+        else:
+            assert np.isnan(mean_p[b]) and np.isnan(freq[b])
