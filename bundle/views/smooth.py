@@ -35,8 +35,9 @@ def _kernel(t: F64, sigma: float) -> F64:
 def _on_grid(conf: F64, weights: F64) -> F64:
     cell = np.clip(np.floor(conf * (GRID - 1)).astype(np.int64), 0, GRID - 2)
     frac = conf * (GRID - 1) - cell
-    out: F64 = np.bincount(cell, weights=(1 - frac) * weights, minlength=GRID) + np.bincount(
-        cell + 1, weights=frac * weights, minlength=GRID)
+    left = np.bincount(cell, weights=(1 - frac) * weights, minlength=GRID).astype(np.float64)
+    right = np.bincount(cell + 1, weights=frac * weights, minlength=GRID).astype(np.float64)
+    out: F64 = left + right
     return out
 
 
