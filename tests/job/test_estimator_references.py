@@ -3,9 +3,9 @@
 The references are development-only packages pinned in requirements-dev.lock (never a dependency
 of the job or the verifier): `uncertainty-calibration` (Kumar, Liang & Ma 2019) for the binned
 plug-in, classwise and debiased estimators, `relplot` (Blasiok & Nakkiran 2024) for smooth ECE and
-its bandwidth, scipy for Clopper-Pearson, torchmetrics for the protocol's 10-bin ECE and MCE
-(and its separate bin for a confidence of exactly 1.0), scikit-learn's temperature scaling for the
-fitted temperature. Both the job's (job.estimators) and the verifier's (verify.estimators) code
+its bandwidth, scipy for Clopper-Pearson, torchmetrics and netcal for the protocol's 10-bin ECE
+and MCE (and torchmetrics' separate bin for a confidence of exactly 1.0), scikit-learn's
+temperature scaling for the fitted temperature. Both the job's (job.estimators) and the verifier's (verify.estimators) code
 are compared, on the stand-in's audit logits (when ../shared/fixtures is present), K = 3 and
 K = 1000 sets and edge sets."""
 
@@ -210,6 +210,27 @@ def test_torchmetrics_binning_equals_the_protocol_ece_and_mce_except_for_a_confi
     by_hand = sum(abs(correct[split == b].mean() - conf[split == b].mean()) * (split == b).sum()
                   for b in np.unique(split)) / len(y)
     assert theirs == pytest.approx(by_hand, abs=EXACT, rel=0)
+
+
+# ---- netcal: the protocol's 10-bin ECE and MCE ---------------------------------------------------
+
+@pytest.mark.parametrize("name", [p[0] for p in POOLS] + sorted(EDGES))
+def test_netcal_ece_and_mce_equal_the_protocols(name):
+    """netcal's histogram bins are the protocol's (left-closed, the last holding 1.0). For K > 2
+    it scores the top label itself; given K = 2 it scores class 1's probability instead, so the
+    top-label confidence and correctness are passed as a binary problem."""
+    netcal = pytest.importorskip("netcal.metrics")
+    if name in EDGES:
+        p, y = EDGES[name]
+        z = np.log(p)
+    else:
+        z, y = next((pz, py) for n, pz, py in POOLS if n == name)
+        p = softmax(z)
+    m = compute_metrics(z, y, 1.0, 0.9)
+    _, conf, correct = top_label(p, y)
+    x, target = (p, y) if p.shape[1] > 2 else (conf, correct.astype(np.int64))
+    assert netcal.ECE(bins=10).measure(x, target) == pytest.approx(m["ece"], abs=EXACT, rel=0)
+    assert netcal.MCE(bins=10).measure(x, target) == pytest.approx(m["mce"], abs=EXACT, rel=0)
 
 
 # ---- scikit-learn's temperature scaling ----------------------------------------------------------
