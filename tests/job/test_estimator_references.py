@@ -5,9 +5,9 @@ of the job or the verifier): `uncertainty-calibration` (Kumar, Liang & Ma 2019) 
 plug-in, classwise and debiased estimators, `relplot` (Blasiok & Nakkiran 2024) for smooth ECE and
 its bandwidth, scipy for Clopper-Pearson, torchmetrics and netcal for the protocol's 10-bin ECE
 and MCE (and torchmetrics' separate bin for a confidence of exactly 1.0), scikit-learn's
-temperature scaling for the fitted temperature. Both the job's (job.estimators) and the verifier's (verify.estimators) code
-are compared, on the stand-in's audit logits (when ../shared/fixtures is present), K = 3 and
-K = 1000 sets and edge sets."""
+temperature scaling for the fitted temperature. Both the job's (job.estimators) and the
+verifier's (verify.estimators) code are compared, on the stand-in's audit logits (when
+../shared/fixtures is present), K = 3 and K = 1000 sets and edge sets."""
 
 from __future__ import annotations
 
