@@ -25,6 +25,7 @@ from job.dataset import Rows, Strings, load_rows, take
 from job.engines import Engine, LocalEngine, open_engine
 from job.environment import PeakRss, StageClock, environment_record
 from job.errors import JobError
+from job.estimators import estimators_record
 from job.forward_check import check_packed_forward
 from job.inference import pool_output
 from job.labelmap import LabelMap
@@ -166,14 +167,20 @@ def metrics_record(protocol: Protocol, predictions: Mapping[str, Predictions], b
     fit = {"beta_min": protocol.fit.beta_min, "beta_max": protocol.fit.beta_max, "steps": protocol.fit.steps}
     bounds = reproduction_bounds({name: (predictions[name].logits.astype(np.float64), predictions[name].labels)
                                   for name in (AUDIT, CAL)}, pools, beta, tau, source, fit)
-    return {"protocol_sha256": protocol.sha256, "temperature_sha256": temperature_sha256,
-            "beta": beta, "temperature": 1.0 / beta, "argmax_unchanged": unchanged, "pools": pools,
-            "warnings": (run_warnings(audit["accuracy"], len(protocol.resources.dataset.labels), temperature)
-                         + class_warnings(classes[AUDIT])),
-            "per_class": classes, "reproduction_bounds": bounds,
-            "truncation": {name: truncation_summary(predictions[name].full_token_count, predictions[name].truncated,
-                                                    max_length)
-                           for name in (AUDIT, CAL)}}
+    record = {"protocol_sha256": protocol.sha256, "temperature_sha256": temperature_sha256,
+              "beta": beta, "temperature": 1.0 / beta, "argmax_unchanged": unchanged, "pools": pools,
+              "warnings": (run_warnings(audit["accuracy"], len(protocol.resources.dataset.labels), temperature)
+                           + class_warnings(classes[AUDIT])),
+              "per_class": classes, "reproduction_bounds": bounds,
+              "truncation": {name: truncation_summary(predictions[name].full_token_count,
+                                                      predictions[name].truncated, max_length)
+                             for name in (AUDIT, CAL)}}
+    if protocol.estimators:
+        boot = protocol.bootstrap
+        record["estimators"] = estimators_record(
+            protocol.estimators, AUDIT, predictions[AUDIT].logits.astype(np.float64), predictions[AUDIT].labels,
+            beta, boot.resamples if boot else 0, boot.seed if boot else 0)
+    return record
 
 
 def as_written(doc: Any) -> Any:
@@ -296,7 +303,7 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
         environment["cluster"] = cluster
     art.write_json(layout.ENVIRONMENT_JSON, environment)
     # Views of the records above, as written: figures, the report, then the crate (last: it describes all).
-    figures = render_figures(metrics, audit.logits.astype(np.float64))
+    figures = render_figures(metrics, audit.logits.astype(np.float64), audit.labels)
     for rel, png in figures.items():
         art.write_bytes(f"{layout.DATA_DIR}/{rel}", png)
     del cal, audit

@@ -16,6 +16,7 @@ from bundle.layout import DEFAULT_LOGIT_TOLERANCE
 from bundle.userfile import PROTOCOL_BYTES
 from job.dataset import DatasetSpec
 from job.errors import JobError, ProtocolBeyondLimits
+from job.estimator_spec import EstimatorSpec, parse_estimators
 from job.labelmap import LabelMap
 from job.user_documents import read_checked
 
@@ -251,6 +252,7 @@ class Protocol:
     stability: StabilitySpec | None  # None: no calibration-size study
     dataset: DatasetSpec = field(default_factory=DatasetSpec)  # how the dataset's files are read
     label_map: LabelMap | None = None  # None: model output j is dataset label j, unchecked
+    estimators: tuple[EstimatorSpec, ...] = ()  # metrics.estimators; () for a protocol without them
 
     @classmethod
     def from_bytes(cls, raw: bytes, doc: dict[str, Any]) -> Protocol:
@@ -267,6 +269,7 @@ class Protocol:
             dataset=DatasetSpec.from_protocol(doc["resources"]["dataset"]),
             label_map=(LabelMap.from_protocol(doc["label_map"], doc["resources"]["dataset"]["labels"])
                        if "label_map" in doc else None),
+            estimators=parse_estimators(doc["metrics"].get("estimators", ()), "bootstrap" in doc),
         )
 
     @property

@@ -25,6 +25,7 @@ from typing import Any
 from bundle.digests import sha256_file
 from bundle.layout import DEFAULT_LOGIT_TOLERANCE
 from bundle.terminal import nonempty_path
+from bundle.userfile import DOCUMENT_BYTES, read_user_file
 from job.datacard import FORMATS, card_header, split_files
 from job.datameta import stated_labels
 from job.dataset import DatasetSpec, read_table
@@ -58,6 +59,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: explore:256,calibration:256,audit:rest)")
     p.add_argument("--prefix", help="split key prefix (default: NAME:)")
     p.add_argument("--label-map", help="explicit map MODEL_LABEL=DATASET_LABEL,... (default: match names)")
+    p.add_argument("--estimators", type=nonempty_path,
+                   help="JSON file with the list of calibration estimators to pre-register in metrics.estimators "
+                        "(default: the formal protocol's; docs/GUIDE.md, \"The estimators\")")
     p.add_argument("--out", type=nonempty_path, required=True, help="protocol file to write")
     p.add_argument("--resources", type=nonempty_path, help="local resource lock: take the files from it, not the hub")
     p.add_argument("--cache", type=nonempty_path, default=None,
@@ -308,6 +312,20 @@ def dataset_section(args: argparse.Namespace, data: Pinned, fmt: str,
     return section
 
 
+def read_estimators(path: Path) -> list[Any]:
+    """The list of estimators in the JSON file at `path` (JobError, one sentence, for anything
+    else); its entries are checked with the whole protocol, before it is kept."""
+    raw = read_user_file(path, "estimators file (--estimators)", DOCUMENT_BYTES, JobError)
+    try:
+        entries = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise JobError(f"The estimators file {path} is not valid JSON ({exc}); fix the file.") from exc
+    if not isinstance(entries, list):
+        raise JobError(f"The estimators file {path} holds a JSON {type(entries).__name__}, not a list of "
+                       "estimators; write a list such as the formal protocol's metrics.estimators.")
+    return entries
+
+
 def build_protocol(args: argparse.Namespace, model: Pinned, data: Pinned, fmt: str,
                    card_labels: tuple[str, ...] | None) -> dict[str, Any]:
     doc: dict[str, Any] = json.loads(DEFAULT_PROTOCOL.read_text(encoding="utf-8"))
@@ -329,6 +347,8 @@ def build_protocol(args: argparse.Namespace, model: Pinned, data: Pinned, fmt: s
         sizes = [m for m in doc["stability"]["sizes"] if m < cal] + [cal]
         doc["stability"]["sizes"] = sorted(set(sizes))
     doc["label_map"] = label_map
+    if args.estimators is not None:
+        doc["metrics"]["estimators"] = read_estimators(args.estimators)
     # Pre-registered with everything else, so no reproduction can pick its own tolerance afterwards.
     doc.setdefault("reproduction", {"logit_tolerance": DEFAULT_LOGIT_TOLERANCE})
     return doc

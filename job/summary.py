@@ -35,7 +35,27 @@ def summary(metrics: dict[str, Any], temperature: dict[str, Any], profile: str,
         lines.append(f"  calibrated - raw, {level}% paired bootstrap ({bootstrap['resamples']} resamples):")
         for key, d in sorted(bootstrap["differences"].items()):
             lines.append(f"    {key:<6}{d['point']:+.4f}  [{d['lower']:+.4f}, {d['upper']:+.4f}]  {d['verdict']}")
+    lines += estimator_lines(metrics)
     return "\n".join(lines)
+
+
+def estimator_lines(metrics: dict[str, Any]) -> list[str]:
+    """The pre-registered estimators of the audit pool, raw -> calibrated, with the interval of the
+    change where one was pre-registered; none for a record without estimators."""
+    record = metrics.get("estimators")
+    if record is None:
+        return []
+    out = ["  estimators, raw -> calibrated, and the interval of the change where pre-registered:"]
+    for key, r in sorted(record["results"].items()):
+        if r["kind"] == "bin-intervals":
+            continue
+        raw, cal = r["raw"]["value"], r["calibrated"]["value"]
+        shown = "n/a" if raw is None or cal is None else f"{raw:.4f} -> {cal:.4f}"
+        d = r.get("difference")
+        if d is not None and d["lower"] is not None:
+            shown += f"  [{d['lower']:+.4f}, {d['upper']:+.4f}]  {d['verdict']}"
+        out.append(f"    {key:<16}{shown}")
+    return out
 
 
 def truncation_lines(metrics: dict[str, Any]) -> list[str]:

@@ -206,7 +206,7 @@ def build(out: Path, key: Ed25519PrivateKey, shape: Shape, seed: int = 0) -> Pat
                         for i, s in enumerate(stages)],
         "peak_rss_mb": 1.0}
     art.write_json(layout.ENVIRONMENT_JSON, environment)
-    for rel, png in render_figures(metrics, audit.logits.astype(np.float64)).items():
+    for rel, png in render_figures(metrics, audit.logits.astype(np.float64), audit.labels).items():
         art.write_bytes(f"{layout.DATA_DIR}/{rel}", png)
     art.write_bytes(layout.REPORT_MD, report_markdown(data).encode("utf-8"))
     art.write_bytes(layout.RO_CRATE_JSON, crate_bytes(

@@ -41,11 +41,16 @@ RUNTIME_LOCK = ROOT / "requirements.lock"
 DEV_LOCK = ROOT / "requirements-dev.lock"
 # Dev/test tools that are not in pyproject's [test] extra (used by the tests and CI only).
 EXTRA_DEV = ["roc-validator", "ruff==0.17.6", "mypy==2.4.1", "types-jsonschema==4.26.0.20261006",
-             "check-jsonschema==0.39.0"]
+             "check-jsonschema==0.39.0",
+             # The calibration estimators' reference implementations, for the agreement tests only
+             # (tests/job/test_estimator_references.py); never a dependency of the job or the verifier.
+             "relplot==1.0.3", "uncertainty-calibration==0.1.4", "netcal==1.4.0", "torchmetrics==1.9.0",
+             "scikit-learn==1.9.1"]
 # Dev packages allowed (and only these) as sdists: bagit's last wheel (1.8.1) imports
-# pkg_resources, which current setuptools no longer ships; 1.9.0 is an sdist only.
+# pkg_resources, which current setuptools no longer ships; 1.9.0 is an sdist only. uncertainty-calibration
+# (Kumar et al.'s reference code) was only ever published as an sdist.
 # Runtime packages are always wheels (the image builds offline from the wheelhouse).
-DEV_SDIST_OK = ["bagit"]
+DEV_SDIST_OK = ["bagit", "uncertainty-calibration"]
 TORCH_LOCAL = "+cpu"
 FORBIDDEN = re.compile(r"^(nvidia-.*|triton|cuda-.*)$")  # CUDA build leaking in
 

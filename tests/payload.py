@@ -118,4 +118,5 @@ def figures_of(data: Path) -> dict[str, bytes]:
     """bundle.views.figures.render_figures of the metrics.json and audit logits in the data folder
     `data`: {path inside data/: PNG bytes}, what the run draws from its records."""
     metrics = loads_strict((data / layout.data_name(layout.METRICS_JSON)).read_bytes(), source=layout.METRICS_JSON)
-    return render_figures(metrics, predictions_of(data, AUDIT).logits.astype(np.float64))
+    audit = predictions_of(data, AUDIT)
+    return render_figures(metrics, audit.logits.astype(np.float64), audit.labels)

@@ -10,7 +10,9 @@ arguments give the same bytes. `make_bundle(out, key)` seals and signs such a pa
 bundle.bag.seal. No model runs, so a full-size bundle (sizes=None) takes about a second.
 
 The payload uses its own straightforward bisection and softmax; its metrics come from
-verify.numerics, whose correctness is tested separately against brute force."""
+verify.numerics, whose correctness is tested separately against brute force, and its estimators
+from verify.estimators, tested against the reference libraries
+(tests/job/test_estimator_references.py)."""
 
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ from job.perclass import class_warnings, per_class
 from job.plausibility import run_warnings
 from job.tolerance_bounds import reproduction_bounds
 from tests.payload import crate_bytes_of, figures_of, seal_payload
-from verify import numerics
+from verify import estimators, numerics
 
 REPO = Path(__file__).resolve().parent.parent
 CAL, AUDIT = "calibration", "audit"
@@ -230,6 +232,8 @@ def write_payload(data: Path, *, sizes: tuple[int, int, int] | None = (8, 40, 40
         {"beta_min": 1 / fit["t_max"], "beta_max": 1 / fit["t_min"], "steps": fit["steps"]})
     metrics["truncation"] = {name: {"rows": len(pools[name]), "truncated": 0, "longest_tokens": longest[name],
                                     "max_length": max_length} for name in (AUDIT, CAL)}
+    if protocol["metrics"].get("estimators"):
+        metrics["estimators"] = estimators.expected_record(protocol, *arrays[AUDIT], beta)
     digests["metrics.json"] = _write_json(data, "metrics.json", metrics)
     if "bootstrap" in protocol:
         _write_json(data, "bootstrap.json", _bootstrap(protocol, psha, digests, arrays[AUDIT],

@@ -24,7 +24,7 @@ NAME = "calibration-verify"
 DIST = NAME.replace("-", "_")
 BUNDLE_MODULES = ("__init__", "canonical", "crate_graph", "crate_terms", "dsse", "errors", "keys", "layout",
                   "schemas", "userfile", "views/__init__", "views/arithmetic", "views/crate", "views/figures",
-                  "views/markdown", "views/report", "views/sweep")
+                  "views/markdown", "views/report", "views/smooth", "views/sweep")
 """The modules of bundle/ that verify/ imports (tests/verify/test_structure.py: definitions and the
 renderers of the views)."""
 REQUIRES = ("cryptography", "jsonschema", "matplotlib", "numpy", "pyarrow", "referencing")

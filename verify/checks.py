@@ -33,6 +33,7 @@ from verify import (
     claims,
     compat,
     crate,
+    estimators,
     extract,
     figures,
     fit,
@@ -221,6 +222,8 @@ CONTENT: tuple[Entry | Group, ...] = (
           tolerance.within_limit, needs=DOCS),
     Entry("metrics.truncation", "truncation summary restates the predictions' token counts",
           plausibility.truncation, needs=PREDICTIONS, when=plausibility.has_truncation),
+    Entry("metrics.estimators", "pre-registered estimators recomputed with their intervals",
+          estimators.recomputed, needs=PREDICTIONS, when=estimators.wanted),
     Group((
         Entry("bootstrap.record", "bootstrap names this protocol, temperature and predictions",
               bootstrap.record, needs=PREDICTIONS),

@@ -88,6 +88,30 @@ def _metric_rows(pool: dict[str, Any]) -> Table:
                   "change": fmt_change(cal[row], raw[row])} for row in METRIC_ROWS}
 
 
+def _estimator_tables(record: dict[str, Any] | None) -> dict[str, Table]:
+    """The estimators' tables: one row per scalar estimator in `estimators`, one table of bin
+    intervals per bin-intervals estimator (`bin-intervals-<id>`)."""
+    if record is None:
+        return {}
+    tables: dict[str, Table] = {}
+    scalar: Table = {}
+    for name, result in record["results"].items():
+        raw, cal = result["raw"], result["calibrated"]
+        if result["kind"] == "bin-intervals":
+            tables["bin-intervals-" + markdown_text(name)] = {
+                str(b): {f"{side}_{c}": fmt(doc["bins"][b][c]) for side, doc in (("raw", raw), ("calibrated", cal))
+                         for c in ("count", "correct", "lower", "upper")} for b in range(len(raw["bins"]))}
+            continue
+        both = raw["value"] is not None and cal["value"] is not None
+        scalar[markdown_text(name)] = {
+            "raw": fmt(raw["value"]), "calibrated": fmt(cal["value"]),
+            "change": fmt_change(cal["value"], raw["value"]) if both else "n/a",
+            **{c: fmt(result.get("difference", {}).get(c)) for c in ("lower", "upper", "verdict")}}
+    if scalar:
+        tables["estimators"] = scalar
+    return tables
+
+
 def required_tables(metrics: dict[str, Any], temperature: dict[str, Any], pools: dict[str, Any],
                     bootstrap: dict[str, Any] | None,
                     stability: dict[str, Any] | None) -> dict[str, Table]:
@@ -111,6 +135,7 @@ def required_tables(metrics: dict[str, Any], temperature: dict[str, Any], pools:
             for c in BIN_COLUMNS:
                 row[f"{kind}_{c}"] = fmt(audit[kind]["bins"][b][c])
         tables["bins-audit"][str(b)] = row
+    tables.update(_estimator_tables(metrics.get("estimators")))
     if bootstrap is not None:
         tables["bootstrap"] = {markdown_text(metric): {c: fmt(d[c]) for c in BOOTSTRAP_COLUMNS}
                                for metric, d in bootstrap["differences"].items()}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, cast
 
 import matplotlib
@@ -24,6 +25,7 @@ from numpy.typing import NDArray
 
 from bundle import layout
 from bundle.layout import data_name
+from bundle.views.smooth import smooth_curve
 
 RELIABILITY = data_name(layout.RELIABILITY_FIGURE)
 CONFIDENCE = data_name(layout.CONFIDENCE_FIGURE)
@@ -32,6 +34,7 @@ FIGURES = (RELIABILITY, CONFIDENCE)
 
 DPI = 100
 SIZE_RELIABILITY = (9.0, 5.4)
+SIZE_RELIABILITY_CLASSWISE = (13.5, 5.4)
 SIZE_CONFIDENCE = (6.4, 4.0)
 HIST_BINS = 20
 BLOCK_CELLS = 1 << 20
@@ -68,8 +71,45 @@ def _fresh_rc() -> Iterator[None]:
         yield
 
 
+@dataclass(frozen=True)
+class Estimates:
+    """What a record with pre-registered estimators adds to one reliability panel: each bin's
+    Clopper-Pearson interval (None for an empty bin), and the smoothed reliability curve with its
+    bootstrap band (bundle.views.smooth) at the smooth ECE's bandwidth."""
+
+    intervals: list[tuple[float, float] | None] | None
+    smooth: tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]] | None
+    smooth_ece: float | None
+    bandwidth: float | None
+    classwise: tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64]] | None = None
+
+
+def classwise_bins(logits: NDArray[np.float64], labels: NDArray[np.int64], beta: float
+                   ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64]]:
+    """Every class's probability p_k against 1[y = k], all classes pooled, in the protocol's 10
+    left-closed bins (the last holding 1.0): per bin the mean p_k, the frequency of y = k (NaN
+    for an empty bin) and the count of (row, class) pairs."""
+    edges = np.arange(11) / 10.0
+    total = np.zeros(10)
+    hits = np.zeros(10)
+    count = np.zeros(10, dtype=np.int64)
+    step = max(1, BLOCK_CELLS // max(logits.shape[1], 1))
+    for start in range(0, len(logits), step):
+        z = beta * logits[start:start + step]
+        shifted = z - z.max(axis=1, keepdims=True)
+        p = np.exp(shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True)))
+        onehot = np.zeros_like(p)
+        onehot[np.arange(len(p)), labels[start:start + step]] = 1.0
+        which = np.clip(np.searchsorted(edges, p.ravel(), side="right") - 1, 0, 9)
+        total += np.bincount(which, weights=p.ravel(), minlength=10)
+        hits += np.bincount(which, weights=onehot.ravel(), minlength=10)
+        count += np.bincount(which, minlength=10)
+    safe = np.where(count > 0, count, 1)
+    return (np.where(count > 0, total / safe, np.nan), np.where(count > 0, hits / safe, np.nan), count)
+
+
 def _reliability_panel(ax: Any, cax: Any, m: dict[str, Any], label: str, color: str,
-                       legend_above: bool = True) -> None:
+                       legend_above: bool = True, extra: Estimates | None = None) -> None:
     """Accuracy per bin against the diagonal (ax) and the rows in each bin (cax, below). The legend
     sits above the plot, clear of the bars (legend_above); records written before that layout keep
     theirs inside, lower right, so that their figures are drawn byte for byte as they were."""
@@ -90,16 +130,20 @@ def _reliability_panel(ax: Any, cax: Any, m: dict[str, Any], label: str, color: 
                edgecolor=COLORS["gap"], hatch="//", linewidth=0.6,
                label="gap to mean confidence" if first else None)
         first = False
+    summary = f"ECE {m['ece']:.4f}\nMCE {m['mce']:.4f}\naccuracy {m['accuracy']:.4f}\nn = {m['n']}"
+    if extra is not None:
+        _estimates(ax, bins, extra, color)
+        if extra.smooth_ece is not None:
+            summary += f"\nsmooth ECE {extra.smooth_ece:.4f}"
     ax.set_xlim(0.0, 1.0)
     ax.set_ylim(0.0, 1.0)
     ax.set_yticks(np.linspace(0, 1, 6))
     ax.set_ylabel("accuracy")
-    ax.text(0.03, 0.97, f"ECE {m['ece']:.4f}\nMCE {m['mce']:.4f}\naccuracy {m['accuracy']:.4f}\n"
-            f"n = {m['n']}", transform=ax.transAxes, ha="left", va="top", fontsize=8)
+    ax.text(0.03, 0.97, summary, transform=ax.transAxes, ha="left", va="top", fontsize=8)
     if legend_above:
-        ax.set_title(label, pad=22)
-        ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, fontsize=7, frameon=False,
-                  borderaxespad=0.2, columnspacing=1.2)
+        ax.set_title(label, pad=22 if extra is None else 44)
+        ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3 if extra is None else 2, fontsize=7,
+                  frameon=False, borderaxespad=0.2, columnspacing=1.2)
     else:
         ax.set_title(label)
         ax.legend(loc="lower right", fontsize=7, frameon=False)
@@ -115,22 +159,100 @@ def _reliability_panel(ax: Any, cax: Any, m: dict[str, Any], label: str, color: 
     cax.set_ylabel("rows")
 
 
-def reliability_png(audit: dict[str, Any], temperature: float, legend_above: bool = True) -> bytes:
+def _estimates(ax: Any, bins: list[dict[str, Any]], extra: Estimates, color: str) -> None:
+    """Clopper-Pearson whiskers at the bins' centres and the smoothed curve with its band."""
+    if extra.smooth is not None:
+        t, curve, low, high = extra.smooth
+        ax.fill_between(t, low, high, color=color, alpha=0.25, linewidth=0, label="95% bootstrap band")
+        ax.plot(t, curve, color="black", linewidth=1.2, label=f"smoothed (sigma = {extra.bandwidth:.3f})")
+    if extra.intervals is not None:
+        first = True
+        for b, interval in zip(bins, extra.intervals, strict=True):
+            if interval is None or not b["count"]:
+                continue
+            x, acc = (b["lower"] + b["upper"]) / 2, b["accuracy"]
+            ax.errorbar([x], [acc], yerr=[[acc - interval[0]], [interval[1] - acc]], fmt="none", ecolor="black",
+                        elinewidth=1.0, capsize=3, label="Clopper-Pearson 95%" if first else None)
+            first = False
+
+
+def _classwise_panel(ax: Any, cax: Any, extras: Mapping[str, Estimates], temperature: float) -> None:
+    """Every class's probability against its frequency, raw and calibrated (K > 2 only)."""
+    ax.plot([0, 1], [0, 1], linestyle="--", linewidth=1.0, color=COLORS["ideal"], label="perfect calibration")
+    edges = np.arange(11) / 10.0
+    for scale, label in (("raw", "raw (T = 1)"), ("calibrated", f"calibrated (T = {temperature:.4f})")):
+        bins = extras[scale].classwise
+        assert bins is not None
+        mean_p, freq, count = bins
+        ax.plot(mean_p, freq, marker="o", markersize=3, linewidth=1.2, color=COLORS[scale], label=label)
+        cax.stairs(count, edges, color=COLORS[scale], linewidth=1.2)
+    ax.set_xlim(0.0, 1.0)
+    ax.set_ylim(0.0, 1.0)
+    ax.set_yticks(np.linspace(0, 1, 6))
+    ax.set_ylabel("frequency of the class")
+    ax.set_title("classwise, every class pooled", pad=44)
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=1, fontsize=7, frameon=False, borderaxespad=0.2)
+    ax.tick_params(labelbottom=False)
+    cax.set_yscale("symlog", linthresh=1.0)
+    cax.set_xlim(0.0, 1.0)
+    cax.set_xticks(np.linspace(0, 1, 6))
+    cax.set_xlabel("class probability")
+    cax.set_ylabel("pairs")
+
+
+def estimates_of(metrics: Mapping[str, Any], audit_logits: NDArray[np.float64],
+                 audit_labels: NDArray[np.int64] | None) -> dict[str, Estimates] | None:
+    """Per scale (raw, calibrated), what metrics.json's estimators add to the figure; None for a
+    record without them (drawn exactly as before they existed). The smoothed curve needs the
+    audit labels; without them it is left out."""
+    record = metrics.get("estimators")
+    if record is None:
+        return None
+    results = record["results"]
+    intervals = next((r for r in results.values() if r["kind"] == "bin-intervals"), None)
+    smooth = next((r for r in results.values() if r["kind"] == "smooth-ece"), None)
+    out = {}
+    for scale, beta in (("raw", 1.0), ("calibrated", float(metrics["beta"]))):
+        curve = None
+        if smooth is not None and audit_labels is not None:
+            correct = (audit_logits.argmax(axis=1) == audit_labels).astype(np.float64)
+            curve = smooth_curve(top_confidence(audit_logits, beta), correct, float(smooth[scale]["bandwidth"]),
+                                 int(record["seed"]), int(record["resamples"]))
+        out[scale] = Estimates(
+            intervals=None if intervals is None else [
+                None if b["lower"] is None else (float(b["lower"]), float(b["upper"]))
+                for b in intervals[scale]["bins"]],
+            smooth=curve, smooth_ece=None if smooth is None else smooth[scale]["value"],
+            bandwidth=None if smooth is None else smooth[scale]["bandwidth"],
+            classwise=(classwise_bins(audit_logits, audit_labels, beta)
+                       if audit_labels is not None and audit_logits.shape[1] > 2 else None))
+    return out
+
+
+def reliability_png(audit: dict[str, Any], temperature: float, legend_above: bool = True,
+                    extras: Mapping[str, Estimates] | None = None) -> bytes:
     """Raw and calibrated reliability diagrams side by side, with the rows in each bin below.
 
     `audit` is metrics.json's pools.audit ({"raw": M, "calibrated": M}); `legend_above` as in
-    `_reliability_panel`."""
+    `_reliability_panel`; `extras` (estimates_of) adds the estimators' whiskers and curves."""
     with _fresh_rc():
-        return _png(reliability_figure(audit, temperature, legend_above))
+        return _png(reliability_figure(audit, temperature, legend_above, extras))
 
 
-def reliability_figure(audit: dict[str, Any], temperature: float, legend_above: bool = True) -> Figure:
+def reliability_figure(audit: dict[str, Any], temperature: float, legend_above: bool = True,
+                       extras: Mapping[str, Estimates] | None = None) -> Figure:
     """The figure reliability_png draws (call it where the rcParams are RC's, as there)."""
-    fig = Figure(figsize=SIZE_RELIABILITY, dpi=DPI)
-    axes = fig.subplots(2, 2, sharex="col", gridspec_kw={"height_ratios": [3, 1]})
-    _reliability_panel(axes[0, 0], axes[1, 0], audit["raw"], "raw (T = 1)", COLORS["raw"], legend_above)
+    classwise = extras is not None and extras["raw"].classwise is not None
+    fig = Figure(figsize=SIZE_RELIABILITY_CLASSWISE if classwise else SIZE_RELIABILITY, dpi=DPI)
+    axes = fig.subplots(2, 3 if classwise else 2, sharex="col", gridspec_kw={"height_ratios": [3, 1]})
+    _reliability_panel(axes[0, 0], axes[1, 0], audit["raw"], "raw (T = 1)", COLORS["raw"], legend_above,
+                       None if extras is None else extras["raw"])
     _reliability_panel(axes[0, 1], axes[1, 1], audit["calibrated"],
-                       f"calibrated (T = {temperature:.4f})", COLORS["calibrated"], legend_above)
+                       f"calibrated (T = {temperature:.4f})", COLORS["calibrated"], legend_above,
+                       None if extras is None else extras["calibrated"])
+    if classwise:
+        assert extras is not None
+        _classwise_panel(axes[0, 2], axes[1, 2], extras, temperature)
     fig.suptitle("Reliability, audit pool (10 equal-width confidence bins)", fontsize=11)
     fig.tight_layout()
     return fig
@@ -175,12 +297,15 @@ def confidence_png(logits: NDArray[np.float64], beta: float) -> bytes:
         return _png(fig)
 
 
-def render_figures(metrics: Mapping[str, Any], audit_logits: NDArray[np.float64]) -> dict[str, bytes]:
+def render_figures(metrics: Mapping[str, Any], audit_logits: NDArray[np.float64],
+                   audit_labels: NDArray[np.int64] | None = None) -> dict[str, bytes]:
     """{path relative to data/: PNG bytes} for every figure, from the parsed metrics.json and the
-    audit pool's logits (the float32 values of its predictions file, as float64, in pool order)."""
+    audit pool's logits (the float32 values of its predictions file, as float64, in pool order)
+    and labels (needed for the smoothed curve of a record with estimators)."""
     # metrics.json records with `truncation` were written since the legend moved above the plots.
     return {
         RELIABILITY: reliability_png(metrics["pools"]["audit"], float(metrics["temperature"]),
-                                     legend_above="truncation" in metrics),
+                                     legend_above="truncation" in metrics,
+                                     extras=estimates_of(metrics, audit_logits, audit_labels)),
         CONFIDENCE: confidence_png(audit_logits, float(metrics["beta"])),
     }

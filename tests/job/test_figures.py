@@ -68,3 +68,54 @@ def test_k_classes_and_empty_bins_render():
     m = {"raw": compute_metrics(z, y, 1.0, 0.9), "calibrated": compute_metrics(z, y, 0.5, 0.9)}
     assert reliability_png(m, 2.0) == reliability_png(m, 2.0)
     assert confidence_png(z, 0.5)[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_estimators_add_whiskers_and_the_smoothed_curve_and_nothing_else_changes(tmp_path: Path) -> None:
+    """A record with estimators gets Clopper-Pearson whiskers and the smoothed curve with its band
+    (drawn only with the labels); the same record without them is drawn as before they existed."""
+    import json
+
+    from bundle.views.figures import RELIABILITY, estimates_of, render_figures
+    from bundle.views.smooth import smooth_curve
+    from tests.payload import predictions_of
+    from tests.synthetic import write_payload
+
+    write_payload(tmp_path / "data", sizes=(8, 40, 60))
+    metrics = json.loads((tmp_path / "data" / "metrics.json").read_text())
+    audit = predictions_of(tmp_path / "data", "audit")
+    z = audit.logits.astype(np.float64)
+    with_all = render_figures(metrics, z, audit.labels)[RELIABILITY]
+    without_labels = render_figures(metrics, z)[RELIABILITY]
+    plain = {k: v for k, v in metrics.items() if k != "estimators"}
+    assert len({with_all, without_labels, render_figures(plain, z, audit.labels)[RELIABILITY]}) == 3
+    assert render_figures(plain, z, audit.labels)[RELIABILITY] == reliability_png(
+        metrics["pools"]["audit"], metrics["temperature"], legend_above=True)
+    extras = estimates_of(metrics, z, audit.labels)
+    assert extras is not None
+    bins = metrics["estimators"]["results"]["bin-intervals"]["calibrated"]["bins"]
+    assert extras["calibrated"].intervals == [None if b["lower"] is None else (b["lower"], b["upper"]) for b in bins]
+    t, curve, low, high = extras["raw"].smooth
+    drawn = ~np.isnan(curve)
+    assert drawn.any() and np.all(low[drawn] <= curve[drawn] + 1e-12) and np.all(curve[drawn] <= high[drawn] + 1e-12)
+    # One row right at confidence c and one wrong at 1 - c: the curve is 1/2 between them.
+    t, curve, _, _ = smooth_curve(np.array([0.3, 0.7]), np.array([1.0, 0.0]), 0.3, 1, 0)
+    assert t[50] == 0.5 and abs(curve[50] - 0.5) < 1e-15 and curve[30] > 0.5 > curve[70]
+
+
+def test_the_classwise_panel_pools_every_class_in_the_protocols_bins() -> None:
+    from bundle.views.figures import classwise_bins
+    from job.calibration import softmax
+
+    rng = np.random.default_rng(4)
+    z = rng.normal(size=(50, 4)) * 2
+    y = rng.integers(0, 4, 50)
+    mean_p, freq, count = classwise_bins(z, y, 0.8)
+    p = softmax(0.8 * z).ravel()
+    hit = (np.arange(4)[None, :] == y[:, None]).ravel()
+    which = np.minimum((p * 10).astype(int), 9)  # left-closed k/10 bins, 1.0 in the last
+    for b in range(10):
+        assert count[b] == (which == b).sum()
+        if count[b]:
+            assert abs(mean_p[b] - p[which == b].mean()) < 1e-15 and freq[b] == hit[which == b].mean()
+        else:
+            assert np.isnan(mean_p[b]) and np.isnan(freq[b])

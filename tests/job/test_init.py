@@ -139,3 +139,19 @@ def test_init_through_the_command_line_refuses_a_branch_in_one_sentence(tmp_path
     assert rc == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --model-revision 'main' is not a commit") and "\n" not in err
+
+
+def test_init_refuses_an_estimator_out_of_range_and_writes_nothing(hub, tmp_path: Path):
+    arch, k, fmt, paired = CASES[min(CASES)]
+    endpoint = hub(arch, k, fmt, paired)
+    bad = tmp_path / "estimators.json"
+    bad.write_text(json.dumps([{"id": "smooth", "kind": "smooth-ece", "bandwidth": 0, "eps": 0.001, "refine": 10,
+                                "mesh": 200}]))
+    with pytest.raises(JobError) as caught:
+        init(endpoint, init_args(tmp_path, arch, paired, "--estimators", str(bad)))
+    assert "$.metrics.estimators[0].bandwidth" in str(caught.value)
+    assert not (tmp_path / "protocol.json").exists()
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps([{"id": "ks", "kind": "ks"}]))
+    assert init(endpoint, init_args(tmp_path, arch, paired, "--estimators", str(good))) == 0
+    assert json.loads((tmp_path / "protocol.json").read_text())["metrics"]["estimators"] == [{"id": "ks", "kind": "ks"}]

@@ -234,14 +234,14 @@ def test_truncation_is_counted_per_pool_in_metrics_and_report(chain):
     assert "### Truncation" in report and f"audit {t['audit']['truncated']} of {t['audit']['rows']}" in report
 
 
-def _legend_touches_bars(metrics: dict[str, Any], legend_above: bool) -> bool:
+def _legend_touches_bars(metrics: dict[str, Any], legend_above: bool, extras: Any = None) -> bool:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.patches import Rectangle
 
     from bundle.views.figures import _fresh_rc, reliability_figure
 
     with _fresh_rc():
-        fig = reliability_figure(metrics["pools"]["audit"], metrics["temperature"], legend_above)
+        fig = reliability_figure(metrics["pools"]["audit"], metrics["temperature"], legend_above, extras)
         renderer = FigureCanvasAgg(fig).get_renderer()
         fig.draw(renderer)
         for ax in fig.axes:
@@ -256,16 +256,21 @@ def _legend_touches_bars(metrics: dict[str, Any], legend_above: bool) -> bool:
 
 
 def test_the_k3_reliability_legend_sits_clear_of_the_bars(chain):
-    from bundle.views.figures import RELIABILITY, reliability_png, render_figures
+    from bundle.views.figures import RELIABILITY, estimates_of, reliability_png, render_figures
 
     metrics = json.loads((chain["run"] / "data" / "metrics.json").read_text())
-    assert _legend_touches_bars(metrics, legend_above=False)  # the layout records before it keep
-    assert not _legend_touches_bars(metrics, legend_above=True)
-    drawn = (chain["run"] / "data" / "figures" / "reliability-audit.png").read_bytes()
-    assert drawn == reliability_png(metrics["pools"]["audit"], metrics["temperature"], legend_above=True)
-    old = {k: v for k, v in metrics.items() if k not in ("warnings", "truncation")}
     audit = pq.read_table(chain["run"] / "data" / "predictions" / "audit.parquet")
     logits = np.stack([audit.column(f"logit_{j}").to_numpy() for j in range(3)], axis=1).astype(np.float64)
+    labels = audit.column("label").to_numpy()
+    extras = estimates_of(metrics, logits, labels)
+    assert extras is not None and extras["raw"].classwise is not None  # K = 3: the classwise panel too
+    assert _legend_touches_bars(metrics, legend_above=False)  # the layout records before it keep
+    assert not _legend_touches_bars(metrics, legend_above=True)
+    assert not _legend_touches_bars(metrics, legend_above=True, extras=extras)
+    drawn = (chain["run"] / "data" / "figures" / "reliability-audit.png").read_bytes()
+    assert drawn == reliability_png(metrics["pools"]["audit"], metrics["temperature"], legend_above=True,
+                                    extras=extras)
+    old = {k: v for k, v in metrics.items() if k not in ("warnings", "truncation", "estimators")}
     assert render_figures(old, logits)[RELIABILITY] == reliability_png(
         metrics["pools"]["audit"], metrics["temperature"], legend_above=False)
 

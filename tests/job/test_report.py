@@ -71,7 +71,7 @@ def test_report_is_consistent_and_deterministic(full_data: Path):
     assert check_report(md, docs) == []
     tables = parse_tables(md)
     assert set(tables) == {"pools", "temperature", "metrics-audit", "metrics-calibration", "threshold",
-                           "bins-audit", "bootstrap", "stability"}
+                           "bins-audit", "bootstrap", "stability", "estimators", "bin-intervals-bin-intervals"}
     assert tables == expected_tables(docs)
 
 
@@ -167,3 +167,17 @@ def test_a_boundary_fit_is_reported_as_such(base_data: Path):
     assert "the boundary `t_max` was taken and flagged" in md
     assert parse_tables(md)["temperature"]["boundary"] == {"value": "yes"}
     assert check_report(md, load_docs(base_data)) == []
+
+
+def test_estimators_get_their_section_and_the_coverage_caveat(full_data: Path):
+    from bundle.views.report import COVERAGE_CAVEAT
+
+    md = report_markdown(full_data)
+    assert "\n### Pre-registered estimators, audit pool\n" in md and COVERAGE_CAVEAT in md
+    assert check_report(md, load_docs(full_data)) == []
+    metrics = json.loads((full_data / "metrics.json").read_text())
+    del metrics["estimators"]
+    (full_data / "metrics.json").write_bytes(dumps(metrics))
+    plain = report_markdown(full_data)
+    assert "Pre-registered estimators" not in plain and COVERAGE_CAVEAT not in plain
+    assert "estimators" not in parse_tables(plain)

@@ -160,7 +160,7 @@ def test_the_report_shows_only_the_checked_structure(bags: dict[str, Path]) -> N
         return [t.content for t in tokens if t.type == "html_block"]
 
     assert blocks(attacked) == blocks(plain)  # the template's table markers, nothing more
-    assert len(blocks(plain)) == 8
+    assert len(blocks(plain)) == 10  # 8, and the estimators' two tables
     assert "link_open" not in kinds
     images = [c.attrGet("src") for c in _inline(attacked) if c.type == "image"]
     assert images == [c.attrGet("src") for c in _inline(plain) if c.type == "image"] == [

@@ -589,6 +589,23 @@ TAMPERS: dict[str, tuple[Callable[[Path, Keys], None], str, str]] = {
     "profile-claimed-formal": (with_key(claim_formal), "resources.pins", "formal"),
     "bag-info-protocol-edited": (no_key(lambda b: set_bag_info(
         b, layout.INFO_PROTOCOL_SHA256, "ef" * 32)), "protocol.hash", "bag-info.txt"),
+    "estimator-value-edited": (with_key(edit(layout.METRICS_JSON, bump_metric(
+        ["estimators", "results", "ks", "raw", "value"], 1e-4))), "metrics.estimators", "ks.raw.value"),
+    "estimator-interval-edited": (with_key(edit(layout.METRICS_JSON, bump_metric(
+        ["estimators", "results", "debiased-l2", "difference", "lower"], -1e-4))), "metrics.estimators",
+        "debiased-l2.difference.lower"),
+    "estimator-bandwidth-edited": (with_key(edit(layout.METRICS_JSON, bump_metric(
+        ["estimators", "results", "smooth-ece", "calibrated", "bandwidth"], 1e-3))), "metrics.estimators",
+        "smooth-ece.calibrated.bandwidth"),
+    "estimator-bin-count-edited": (with_key(edit(layout.METRICS_JSON, bump_metric(
+        ["estimators", "results", "bin-intervals", "raw", "bins", 0, "count"], 1))), "metrics.estimators",
+        "bins[0].count"),
+    "estimators-dropped": (with_key(edit(layout.METRICS_JSON, lambda m: {k: v for k, v in m.items()
+                                                                         if k != "estimators"})),
+                           "metrics.estimators", "has none"),
+    "estimator-bins-out-of-range": (with_key(edit(layout.PROTOCOL_JSON, lambda p: p["metrics"]["estimators"][0]
+                                                  .update(bins=1)), report=False, crate=False),
+                                    "json.protocol", "['estimators'][0]['bins']: 1 is less than the minimum of 2"),
     "bootstrap-interval-edited": (with_key(edit(layout.BOOTSTRAP_JSON, bump_metric(
         ["differences", "nll", "lower"], -1e-4))), "bootstrap.intervals", "nll.lower"),
     "bootstrap-verdict-edited": (with_key(edit(layout.BOOTSTRAP_JSON, lambda d: d[

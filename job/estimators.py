@@ -1,0 +1,328 @@
+"""The pre-registered calibration estimators of one pool (job.estimator_spec), raw and calibrated.
+
+Definitions follow the reference implementations they are tested against
+(tests/job/test_estimator_references.py; docs/GUIDE.md, "The estimators"):
+
+- binned (Kumar, Liang & Ma 2019, `uncertainty-calibration`'s `_get_ce`): bins are right-closed,
+  (e_{b-1}, e_b], the first also holding 0 (`bisect_left` on the upper edges). Equal-width upper
+  edges are b / B; equal-mass ones (`get_equal_bins`) split the sorted values into min(B, n) runs
+  (numpy.array_split) and put an edge halfway between consecutive runs, then 1.0 (repeats merged).
+  Plug-in: (sum_b n_b/n |mean p_b - mean y_b|^q)^(1/q), q = 1 (l1) or 2 (l2). Debiased (l2 only):
+  sqrt(max(0, sum_b n_b/n ((mean p_b - mean y_b)^2 - ybar_b (1 - ybar_b) / (n_b - 1)))), a bin of
+  fewer than two rows adding 0. `top-label` scores the top probability against correctness (the
+  predicted class is the first argmax of the logits); `classwise` averages over classes k the error
+  of p_k against 1[y = k] (q-th powers averaged, then the q-th root: Kumar's `marginal` mode).
+- ks (Gupta et al. 2021): max over thresholds t of |(1/n) sum_i (correct_i - conf_i) 1[conf_i <= t]|,
+  the thresholds being the distinct confidences (so ties are taken together, in any order).
+- smooth-ece (Blasiok & Nakkiran 2024, `relplot` 1.0.3's `smECE` and `smooth_ece`, reproduced step
+  for step, its grid discretisation included): residuals conf - correct are spread linearly onto a
+  grid of G = max(2000, round(20 / sigma)) // 2 + 1 points, convolved with a Gaussian of width
+  sigma reflected at 0 and 1 (numpy.convolve), read back by linear interpolation at
+  max(round(10 / sigma), mesh) points; the value is the density-weighted mean absolute smoothed
+  residual (density + 1e-4). The bandwidth is fixed, or relplot's fixed point: with
+  narrow(s) = s < eps or s < smECE_s, sigma = 1 if narrow(1), else `refine` bisection steps on
+  [0, 1] keeping the upper end where narrow is false.
+- bin-intervals: the Clopper-Pearson interval of each of the protocol's 10 ECE bins' accuracy at
+  `level` (beta quantiles, by bisection on the regularised incomplete beta function).
+
+Intervals: the paired percentile bootstrap over the protocol's `bootstrap` resamples (the very
+matrix of data/bootstrap.json), each resample scored raw and calibrated; the difference is
+calibrated minus raw, with the verdict rule of data/bootstrap.json.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from job.bootstrap import resample_blocks, verdict
+from job.calibration import softmax
+from job.estimator_spec import EstimatorSpec
+from job.metrics import BINS, bin_index
+
+F64 = NDArray[np.float64]
+I64 = NDArray[np.int64]
+
+
+# ---- binned estimators (Kumar et al.) ---------------------------------------------------------
+
+def equal_width_edges(bins: int) -> F64:
+    """Upper bin edges b / B, b = 1..B."""
+    return np.array([b * 1.0 / bins for b in range(1, bins + 1)])
+
+
+def equal_mass_edges(values: F64, bins: int) -> F64:
+    """Upper edges of min(bins, n) runs of the sorted values: halfway between runs, then 1.0."""
+    ordered = np.sort(values)
+    runs = np.array_split(ordered, min(bins, len(ordered)))
+    edges = {(runs[i][-1] + runs[i + 1][0]) / 2.0 for i in range(len(runs) - 1)}
+    edges.add(1.0)
+    return np.array(sorted(edges))
+
+
+def binned_error(values: F64, outcomes: F64, edges: F64, norm: str, debias: bool) -> float | None:
+    """The plug-in or debiased calibration error of `values` against 0/1 `outcomes` in the
+    right-closed bins with upper `edges`; None for a debiased estimate with no bin of two rows."""
+    n = len(values)
+    which = np.searchsorted(edges, values, side="left")
+    order = np.argsort(which, kind="stable")
+    groups = np.split(order, np.searchsorted(which[order], np.arange(1, len(edges))))
+    power = 1 if norm == "l1" else 2
+    total = 0.0
+    usable = False
+    for rows in groups:
+        size = len(rows)
+        if size == 0 or (debias and size < 2):
+            continue
+        usable = True
+        gap = float(np.mean(values[rows]) - np.mean(outcomes[rows]))
+        term = abs(gap) ** power
+        if debias:
+            ybar = float(np.mean(outcomes[rows]))
+            term -= ybar * (1.0 - ybar) / (size - 1.0)
+        total += size / n * term
+    if debias:
+        return math.sqrt(max(total, 0.0)) if usable else None
+    return float(total ** (1.0 / power))
+
+
+def binned(spec: EstimatorSpec, probs: F64, labels: I64, pred: I64) -> float | None:
+    """One binned estimator of probabilities `probs` (n, K)."""
+    def edges_for(values: F64) -> F64:
+        return equal_mass_edges(values, spec.bins) if spec.binning == "equal-mass" else equal_width_edges(spec.bins)
+
+    if spec.confidence == "top-label":
+        conf = probs[np.arange(len(labels)), pred]
+        return binned_error(conf, (pred == labels).astype(np.float64), edges_for(conf), spec.norm, spec.debias)
+    power = 1 if spec.norm == "l1" else 2
+    per_class = []
+    for k in range(probs.shape[1]):
+        column = probs[:, k]
+        err = binned_error(column, (labels == k).astype(np.float64), edges_for(column), spec.norm, spec.debias)
+        if err is None:
+            return None
+        per_class.append(err ** power)
+    return float(float(np.mean(per_class)) ** (1.0 / power))
+
+
+# ---- KS calibration error ---------------------------------------------------------------------
+
+def ks_error(conf: F64, correct: F64) -> float:
+    """max over distinct confidences t of |(1/n) sum_{conf_i <= t} (correct_i - conf_i)|."""
+    order = np.argsort(conf, kind="stable")
+    sorted_conf = conf[order]
+    cumulative = np.cumsum(correct[order] - sorted_conf) / len(conf)
+    last_of_tie = np.append(sorted_conf[1:] != sorted_conf[:-1], True)
+    return float(np.abs(cumulative[last_of_tie]).max())
+
+
+# ---- smooth ECE (relplot 1.0.3) ----------------------------------------------------------------
+
+def _round_to_grid(f: F64, y: F64, points: int) -> F64:
+    values = np.zeros(points)
+    cell = (f * (points - 1)).astype(int).clip(0, points - 2)
+    frac = f * (points - 1) - cell
+    np.add.at(values, cell, (1 - frac) * y)
+    np.add.at(values, cell + 1, frac * y)
+    return values
+
+
+def _reflected_smooth(f: F64, y: F64, x_eval: F64, sigma: float) -> F64:
+    points = max(2000, round(20 / sigma)) // 2 + 1
+    values = _round_to_grid(f, y, points)
+    t = np.linspace(0, 1, points)
+    kernel = np.exp(-(t - 0.5) * (t - 0.5) / (2 * sigma ** 2)) / (np.sqrt(2 * np.pi) * sigma)
+    extended = np.concatenate([np.flip(values)[:-1], values, np.flip(values)[1:]])
+    smoothed = np.convolve(extended, kernel, "valid")[points // 2: points // 2 + points]
+    # Linear interpolation of grid point i / (points - 1) -> smoothed[i] at x_eval.
+    cell = (x_eval * (points - 1)).astype(int).clip(0, points - 2)
+    frac = (x_eval - cell * (1 / (points - 1))) / (1 / (points - 1))
+    out: F64 = smoothed[cell] * (1 - frac) + smoothed[cell + 1] * frac
+    return out
+
+
+def smooth_ece_at(conf: F64, correct: F64, sigma: float, mesh: int) -> float:
+    """relplot's smooth_ece(conf, correct, sigma) with `mesh` evaluation points at least."""
+    t = np.linspace(0, 1, max(round(10 / sigma), mesh))
+    residual = conf - correct
+    ys = _reflected_smooth(conf, residual, t, sigma)
+    density = _reflected_smooth(conf, np.ones_like(residual), t, sigma) + 0.0001
+    return float(np.sum(np.abs(ys / density) * density) / np.sum(density))
+
+
+def smooth_ece(spec: EstimatorSpec, conf: F64, correct: F64) -> tuple[float, float]:
+    """(smooth ECE, its bandwidth sigma) under the spec's bandwidth rule."""
+    if spec.bandwidth is not None:
+        return smooth_ece_at(conf, correct, spec.bandwidth, spec.mesh), spec.bandwidth
+
+    def too_narrow(sigma: float) -> bool:
+        return sigma < spec.eps or sigma < smooth_ece_at(conf, correct, sigma, spec.mesh)
+
+    if too_narrow(1.0):  # relplot's search_param starts by accepting its start, 1, on this test
+        return smooth_ece_at(conf, correct, 1.0, spec.mesh), 1.0
+    hi, lo = 1.0, 0.0
+    for _ in range(spec.refine):
+        mid = (hi + lo) / 2
+        if too_narrow(mid):
+            lo = mid
+        else:
+            hi = mid
+    return smooth_ece_at(conf, correct, hi, spec.mesh), hi
+
+
+# ---- Clopper-Pearson --------------------------------------------------------------------------
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """The continued fraction of the incomplete beta function (modified Lentz)."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 100_000):
+        m2 = 2 * m
+        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+            d = 1.0 + aa * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + aa / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-16:
+            break
+    return h
+
+
+def regularized_beta(a: float, b: float, x: float) -> float:
+    """I_x(a, b), the beta distribution's CDF at x."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log_front) * _betacf(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _betacf(b, a, 1.0 - x) / b
+
+
+def beta_quantile(q: float, a: float, b: float) -> float:
+    """The x in [0, 1] with I_x(a, b) = q, by 100 bisection steps (2^-100 wide)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if regularized_beta(a, b, mid) < q:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def clopper_pearson(successes: int, n: int, level: float) -> tuple[float, float]:
+    """The exact two-sided interval of a binomial proportion: Beta(k, n-k+1) and Beta(k+1, n-k)
+    quantiles at (1 - level)/2 and (1 + level)/2, 0 and 1 at the ends."""
+    alpha = 1.0 - level
+    lower = 0.0 if successes == 0 else beta_quantile(alpha / 2, successes, n - successes + 1)
+    upper = 1.0 if successes == n else beta_quantile(1 - alpha / 2, successes + 1, n - successes)
+    return lower, upper
+
+
+def bin_intervals(conf: F64, correct: F64, level: float) -> list[dict[str, Any]]:
+    """Per protocol ECE bin: count, correct and the Clopper-Pearson interval of its accuracy (null,
+    with the reason, for an empty bin)."""
+    which = bin_index(conf)
+    out: list[dict[str, Any]] = []
+    for b in range(BINS):
+        members = which == b
+        count, hits = int(members.sum()), int(correct[members].sum())
+        if count == 0:
+            out.append({"count": 0, "correct": 0, "lower": None, "upper": None, "reason": "empty bin"})
+        else:
+            lower, upper = clopper_pearson(hits, count, level)
+            out.append({"count": count, "correct": hits, "lower": lower, "upper": upper})
+    return out
+
+
+# ---- one pool, raw and calibrated -------------------------------------------------------------
+
+Scorer = Callable[[F64, I64, I64], "float | None"]
+
+
+def scorer(spec: EstimatorSpec) -> Scorer:
+    """The function (probs, labels, pred) -> value of a scalar estimator."""
+    if spec.kind == "binned":
+        return lambda p, y, pred: binned(spec, p, y, pred)
+    if spec.kind == "ks":
+        return lambda p, y, pred: ks_error(p[np.arange(len(y)), pred], (pred == y).astype(np.float64))
+    return lambda p, y, pred: smooth_ece(spec, p[np.arange(len(y)), pred], (pred == y).astype(np.float64))[0]
+
+
+NULL_REASON = "no bin holds two rows, so the debiased estimate is undefined"
+
+
+def _scalar(value: float | None) -> dict[str, Any]:
+    return {"value": value} if value is not None else {"value": None, "reason": NULL_REASON}
+
+
+def _percentiles(draws: list[float | None], quantiles: tuple[float, float]) -> tuple[float, float] | None:
+    if any(d is None for d in draws):
+        return None
+    q = np.quantile(np.asarray(draws, dtype=np.float64), list(quantiles), method="linear")
+    return float(q[0]), float(q[1])
+
+
+def estimator_results(specs: tuple[EstimatorSpec, ...], logits: F64, labels: I64, beta: float,
+                      resamples: int, seed: int) -> dict[str, Any]:
+    """metrics.json `estimators.results`: every estimator raw (beta = 1) and calibrated, with its
+    paired bootstrap interval where the spec asks for one (`resamples` draws from `seed`)."""
+    n = len(labels)
+    pred = logits.argmax(axis=1)
+    probs = {"raw": softmax(logits), "calibrated": softmax(beta * logits)}
+    correct = (pred == labels).astype(np.float64)
+    results: dict[str, Any] = {}
+    for spec in specs:
+        entry: dict[str, Any] = {"kind": spec.kind}
+        for which, p in probs.items():
+            conf = p[np.arange(n), pred]
+            if spec.kind == "bin-intervals":
+                entry[which] = {"bins": bin_intervals(conf, correct, spec.level)}
+            elif spec.kind == "smooth-ece":
+                value, sigma = smooth_ece(spec, conf, correct)
+                entry[which] = {"value": value, "bandwidth": sigma}
+            else:
+                entry[which] = _scalar(scorer(spec)(p, labels, pred))
+        if spec.interval is not None:
+            score = scorer(spec)
+            draws: dict[str, list[float | None]] = {"raw": [], "calibrated": [], "difference": []}
+            for block in resample_blocks(n, resamples, seed):
+                for rows in block:
+                    r = score(probs["raw"][rows], labels[rows], pred[rows])
+                    c = score(probs["calibrated"][rows], labels[rows], pred[rows])
+                    draws["raw"].append(r)
+                    draws["calibrated"].append(c)
+                    draws["difference"].append(None if r is None or c is None else c - r)
+            q = spec.interval.quantiles
+            for which in ("raw", "calibrated"):
+                bounds = _percentiles(draws[which], q)
+                entry[which]["interval"] = (None if bounds is None else {"lower": bounds[0], "upper": bounds[1]})
+            bounds = _percentiles(draws["difference"], q)
+            point = (None if entry["raw"]["value"] is None or entry["calibrated"]["value"] is None
+                     else entry["calibrated"]["value"] - entry["raw"]["value"])
+            entry["difference"] = (
+                {"point": point, "lower": None, "upper": None, "verdict": "no claim",
+                 "reason": "a resample left the estimate undefined"}
+                if bounds is None or point is None else
+                {"point": point, "lower": bounds[0], "upper": bounds[1], "verdict": verdict(*bounds)})
+        results[spec.id] = entry
+    return results
+
+
+def estimators_record(specs: tuple[EstimatorSpec, ...], pool: str, logits: F64, labels: I64, beta: float,
+                      resamples: int, seed: int) -> dict[str, Any]:
+    """metrics.json `estimators`: the pool they are computed on, the bootstrap they draw from and
+    every pre-registered estimator's result."""
+    return {"pool": pool, "resamples": resamples, "seed": seed,
+            "statistic": "calibrated minus raw",
+            "results": estimator_results(specs, logits, labels, beta, resamples, seed)}

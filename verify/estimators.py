@@ -1,0 +1,276 @@
+"""The pre-registered estimators of metrics.json `estimators`, recomputed from the audit logits.
+
+Numpy only, and by other methods than the job's (job/estimators.py) where the definition allows:
+
+- binned: equal-mass edges by index arithmetic on the sorted values (the job splits the sorted
+  array), bins by numpy.digitize(right=True) (the job: searchsorted), per-bin sums by bincount;
+- ks: per distinct confidence by numpy.unique and bincount, then one cumulative sum;
+- smooth-ece: the reflected Gaussian smoothing of relplot evaluated directly, as a sum over the
+  occupied grid points and their two mirror images, at only the grid points the interpolation
+  reads (the job convolves the whole grid with numpy.convolve);
+- bin-intervals: Clopper-Pearson bounds by bisection on binomial tail sums (the job: on the
+  regularised incomplete beta function by continued fraction).
+
+The definitions themselves are stated in docs/GUIDE.md, "The estimators"."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from bundle import layout
+from verify import bootstrap, numerics
+from verify.context import METRIC_TOL, Context
+from verify.numerics import F64, I64
+from verify.result import Failed
+
+NEEDS = {"binned": ("binning", "bins", "norm", "debias"), "ks": (),
+         "smooth-ece": ("bandwidth", "eps", "refine", "mesh"), "bin-intervals": ("method", "level")}
+UNDEFINED = "no bin holds two rows, so the debiased estimate is undefined"
+
+
+def wanted(ctx: Context) -> bool:
+    """Whether the protocol pre-registers estimators or metrics.json holds some (when either
+    document is unreadable its own check has failed, and the entry is reported as not run)."""
+    protocol, metrics = ctx.docs.get(layout.PROTOCOL_JSON), ctx.docs.get(layout.METRICS_JSON)
+    return (isinstance(protocol, dict) and bool(protocol.get("metrics", {}).get("estimators"))) or (
+        isinstance(metrics, dict) and "estimators" in metrics) or protocol is None or metrics is None
+
+
+# ---- binned ----------------------------------------------------------------------------------
+
+def upper_edges(values: F64, entry: dict[str, Any]) -> F64:
+    bins = int(entry["bins"])
+    if entry["binning"] == "equal-width":
+        return np.arange(1, bins + 1) / float(bins)
+    ordered = np.sort(values)
+    n = len(ordered)
+    runs = min(bins, n)
+    size, extra = divmod(n, runs)
+    ends = [(i + 1) * size + min(i + 1, extra) for i in range(runs - 1)]  # first index of run i + 1
+    return np.unique(np.array([(ordered[e - 1] + ordered[e]) / 2.0 for e in ends] + [1.0]))
+
+
+def calibration_error(values: F64, outcomes: F64, edges: F64, norm: str, debias: bool) -> float | None:
+    which = np.digitize(values, edges, right=True)
+    count = np.bincount(which, minlength=len(edges)).astype(np.float64)
+    sum_p = np.bincount(which, weights=values, minlength=len(edges))
+    sum_y = np.bincount(which, weights=outcomes, minlength=len(edges))
+    power = 1.0 if norm == "l1" else 2.0
+    keep = count >= (2 if debias else 1)
+    if debias and not keep.any():
+        return None
+    c, mp, my = count[keep], sum_p[keep] / count[keep], sum_y[keep] / count[keep]
+    terms = np.abs(mp - my) ** power
+    if debias:
+        terms = terms - my * (1.0 - my) / (c - 1.0)
+    total = float(np.sum(c * terms) / len(values))
+    return math.sqrt(max(total, 0.0)) if debias else total ** (1.0 / power)
+
+
+def binned(entry: dict[str, Any], p: F64, y: I64, pred: I64) -> float | None:
+    rows = np.arange(len(y))
+    if entry.get("confidence", "top-label") == "top-label":
+        conf = p[rows, pred]
+        return calibration_error(conf, (pred == y) * 1.0, upper_edges(conf, entry), entry["norm"], entry["debias"])
+    power = 1.0 if entry["norm"] == "l1" else 2.0
+    total = 0.0
+    for k in range(p.shape[1]):
+        err = calibration_error(p[:, k], (y == k) * 1.0, upper_edges(p[:, k], entry), entry["norm"], entry["debias"])
+        if err is None:
+            return None
+        total += err ** power
+    return float((total / p.shape[1]) ** (1.0 / power))
+
+
+# ---- KS --------------------------------------------------------------------------------------
+
+def ks(conf: F64, correct: F64) -> float:
+    distinct, inverse = np.unique(conf, return_inverse=True)
+    per_value = np.bincount(inverse, weights=correct - conf, minlength=len(distinct))
+    return float(np.max(np.abs(np.cumsum(per_value))) / len(conf))
+
+
+# ---- smooth ECE ------------------------------------------------------------------------------
+
+def smoothed_at(f: F64, weights: list[F64], x: F64, sigma: float) -> list[F64]:
+    """relplot's reflected-Gaussian smoothing of each weight vector at points x, by direct sums."""
+    g = max(2000, round(20 / sigma)) // 2 + 1
+    half = (g - 1) // 2
+    cell = np.clip(np.floor(f * (g - 1)).astype(np.int64), 0, g - 2)
+    frac = f * (g - 1) - cell
+    grids = [np.bincount(cell, weights=(1 - frac) * w, minlength=g) + np.bincount(cell + 1, weights=frac * w,
+                                                                                   minlength=g) for w in weights]
+    occupied = np.flatnonzero(np.any(np.stack(grids) != 0, axis=0))
+    at = np.clip(np.floor(x * (g - 1)).astype(np.int64), 0, g - 2)
+    needed = np.unique(np.concatenate([at, at + 1]))
+    norm = math.sqrt(2 * math.pi) * sigma
+    smooth = [np.zeros(g) for _ in weights]
+    for start in range(0, len(needed), 512):
+        i = needed[start:start + 512, None].astype(np.float64)
+        kernel = np.zeros((i.shape[0], len(occupied)))
+        # Each occupied point j, its mirror -j at 0 (j >= 1) and 4h - j at 1 (j <= 2h - 1).
+        images = ((occupied, occupied >= 0), (-occupied, occupied >= 1),
+                  (4 * half - occupied, occupied <= 2 * half - 1))
+        for image, valid in images:
+            d = i - image[None, :].astype(np.float64)
+            inside = (np.abs(d) <= half) & valid[None, :]
+            kernel += np.where(inside, np.exp(-(d / (g - 1)) ** 2 / (2 * sigma ** 2)) / norm, 0.0)
+        for out, grid in zip(smooth, grids):
+            out[needed[start:start + 512]] = kernel @ grid[occupied]
+    frac_x = x * (g - 1) - at
+    return [s[at] * (1 - frac_x) + s[at + 1] * frac_x for s in smooth]
+
+
+def smooth_ece_at(conf: F64, correct: F64, sigma: float, mesh: int) -> float:
+    x = np.linspace(0, 1, max(round(10 / sigma), mesh))
+    residual_sum, density = smoothed_at(conf, [conf - correct, np.ones_like(conf)], x, sigma)
+    density = density + 0.0001
+    return float(np.sum(np.abs(residual_sum / density) * density) / np.sum(density))
+
+
+def smooth_ece(entry: dict[str, Any], conf: F64, correct: F64) -> tuple[float, float]:
+    mesh = int(entry["mesh"])
+    if entry["bandwidth"] != "fixed-point":
+        sigma = float(entry["bandwidth"])
+        return smooth_ece_at(conf, correct, sigma, mesh), sigma
+
+    def narrow(s: float) -> bool:
+        return s < entry["eps"] or s < smooth_ece_at(conf, correct, s, mesh)
+
+    sigma, below = 1.0, 0.0
+    if not narrow(sigma):
+        for _ in range(int(entry["refine"])):
+            mid = (sigma + below) / 2
+            sigma, below = (sigma, mid) if narrow(mid) else (mid, below)
+    return smooth_ece_at(conf, correct, sigma, mesh), sigma
+
+
+# ---- Clopper-Pearson -------------------------------------------------------------------------
+
+def _tail(log_pmf_terms: Any, p: float, k_from: int, k_to: int, n: int) -> float:
+    """P(k_from <= X <= k_to) for X ~ Binomial(n, p), by summing pmf terms."""
+    i = np.arange(k_from, k_to + 1, dtype=np.float64)
+    logs = log_pmf_terms[k_from:k_to + 1] + i * math.log(p) + (n - i) * math.log1p(-p)
+    return float(np.exp(logs).sum())
+
+
+def clopper_pearson(k: int, n: int, level: float) -> tuple[float, float]:
+    alpha = 1.0 - level
+    log_choose = np.array([math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) for i in range(n + 1)])
+
+    def solve(below_target: Any) -> float:
+        lo, hi = 0.0, 1.0
+        for _ in range(100):
+            mid = lo + (hi - lo) / 2
+            lo, hi = (mid, hi) if below_target(mid) else (lo, mid)
+        return lo + (hi - lo) / 2
+
+    lower = 0.0 if k == 0 else solve(lambda p: _tail(log_choose, p, k, n, n) < alpha / 2)
+    upper = 1.0 if k == n else solve(lambda p: _tail(log_choose, p, 0, k, n) > alpha / 2)
+    return lower, upper
+
+
+def bin_intervals(conf: F64, correct: F64, level: float) -> list[dict[str, Any]]:
+    which = numerics.bin_index(conf)
+    out: list[dict[str, Any]] = []
+    for b in range(10):
+        count, hits = int(np.sum(which == b)), int(np.sum(correct[which == b]))
+        if count == 0:
+            out.append({"count": 0, "correct": 0, "lower": None, "upper": None, "reason": "empty bin"})
+            continue
+        lower, upper = clopper_pearson(hits, count, level)
+        out.append({"count": count, "correct": hits, "lower": lower, "upper": upper})
+    return out
+
+
+# ---- the record ------------------------------------------------------------------------------
+
+def _score(entry: dict[str, Any], p: F64, y: I64, pred: I64) -> float | None:
+    rows = np.arange(len(y))
+    if entry["kind"] == "binned":
+        return binned(entry, p, y, pred)
+    conf, correct = p[rows, pred], (pred == y) * 1.0
+    return ks(conf, correct) if entry["kind"] == "ks" else smooth_ece(entry, conf, correct)[0]
+
+
+def _quantiles(values: list[float | None], level: float) -> tuple[float, float] | None:
+    if any(v is None for v in values):
+        return None
+    q = np.quantile(np.array(values, dtype=np.float64), [(1.0 - level) / 2.0, (1.0 + level) / 2.0], method="linear")
+    return float(q[0]), float(q[1])
+
+
+def expected_record(protocol: dict[str, Any], z: F64, y: I64, beta: float) -> dict[str, Any]:
+    """metrics.json `estimators` as the protocol and the audit logits make it."""
+    entries = protocol["metrics"]["estimators"]
+    boot = protocol.get("bootstrap")
+    resamples, seed = (int(boot["resamples"]), int(boot["seed"])) if boot else (0, 0)
+    pred = numerics.first_argmax(z)
+    scales = {"raw": numerics.probabilities(z, 1.0), "calibrated": numerics.probabilities(z, beta)}
+    rows = np.arange(len(y))
+    correct = (pred == y) * 1.0
+    draws: list[Any] = []
+    if boot is not None and any("interval" in e for e in entries):
+        draws = [r for block in bootstrap.resample_blocks(seed, resamples, len(y)) for r in block]
+    results: dict[str, Any] = {}
+    for index, entry in enumerate(entries):
+        missing = [name for name in NEEDS[entry["kind"]] if name not in entry]
+        if missing:
+            raise Failed(f"the protocol's metrics.estimators[{index}] ({entry['kind']}) has no {missing[0]}.")
+        if entry.get("debias") and entry.get("norm") != "l2":
+            raise Failed(f"the protocol's metrics.estimators[{index}] debiases norm {entry.get('norm')!r}; "
+                         "only l2 has a debiased estimator.")
+        if "interval" in entry and boot is None:
+            raise Failed(f"the protocol's estimator {entry['id']!r} asks for a bootstrap interval without a "
+                         "bootstrap section.")
+        out: dict[str, Any] = {"kind": entry["kind"]}
+        for which, p in scales.items():
+            if entry["kind"] == "bin-intervals":
+                out[which] = {"bins": bin_intervals(p[rows, pred], correct, float(entry["level"]))}
+            elif entry["kind"] == "smooth-ece":
+                smooth, sigma = smooth_ece(entry, p[rows, pred], correct)
+                out[which] = {"value": smooth, "bandwidth": sigma}
+            else:
+                value = _score(entry, p, y, pred)
+                out[which] = {"value": value} if value is not None else {"value": None, "reason": UNDEFINED}
+        if "interval" in entry:
+            level = float(entry["interval"]["level"])
+            scored = {which: [_score(entry, p[r], y[r], pred[r]) for r in draws] for which, p in scales.items()}
+            diffs = [None if a is None or b is None else b - a for a, b in zip(scored["raw"], scored["calibrated"])]
+            for which in scales:
+                q = _quantiles(scored[which], level)
+                out[which]["interval"] = None if q is None else {"lower": q[0], "upper": q[1]}
+            q = _quantiles(diffs, level)
+            point = (None if out["raw"]["value"] is None or out["calibrated"]["value"] is None
+                     else out["calibrated"]["value"] - out["raw"]["value"])
+            if q is None or point is None:
+                out["difference"] = {"point": point, "lower": None, "upper": None, "verdict": "no claim",
+                                     "reason": "a resample left the estimate undefined"}
+            else:
+                verdict = "decrease" if q[1] < 0 else "increase" if q[0] > 0 else "no claim"
+                out["difference"] = {"point": point, "lower": q[0], "upper": q[1], "verdict": verdict}
+        results[entry["id"]] = out
+    return {"pool": "audit", "resamples": resamples, "seed": seed, "statistic": "calibrated minus raw",
+            "results": results}
+
+
+def recomputed(ctx: Context) -> str:
+    """Every pre-registered estimator recomputed, raw and calibrated, with its intervals."""
+    protocol = ctx.doc(layout.PROTOCOL_JSON)
+    found = ctx.doc(layout.METRICS_JSON).get("estimators")
+    if not protocol["metrics"].get("estimators"):
+        raise Failed("metrics.json holds estimators the protocol does not pre-register.")
+    if found is None:
+        raise Failed("the protocol pre-registers estimators but metrics.json has none.")
+    data = ctx.table("audit")
+    expected = expected_record(protocol, data.z, data.y, float(ctx.doc(layout.TEMPERATURE_JSON)["beta"]))
+    diffs: list[str] = []
+    numerics.compare(found, expected, "estimators", METRIC_TOL, diffs)
+    if diffs:
+        more = f" (+{len(diffs) - 3} more)" if len(diffs) > 3 else ""
+        raise Failed("metrics.json estimators differ from the logits: " + "; ".join(diffs[:3]) + more + ".")
+    return (f"{len(expected['results'])} estimators, raw and calibrated, with their intervals, "
+            f"within {METRIC_TOL:g}")
