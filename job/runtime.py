@@ -56,9 +56,10 @@ class ThreadChoice:
     """How many torch threads a run uses and why, as data/environment.json records it (threads).
 
     The protocol's torch_threads is an upper bound, not the count: more threads than cores only slow
-    a run down. On AMD EPYC the packed forward's logits are bit-identical at 1 to 4 threads; on an
-    Intel Xeon MKL rounds some products differently at 1 and 2 threads (docs/PERFORMANCE.md), so
-    `job reproduce` re-runs at the count the bundle records (a formal run on 2 cores took 233-239 s at 4 threads against 18-20 s at 2)."""
+    a run down (a formal run on 2 cores took 233-239 s at 4 threads against 18-20 s at 2). On AMD
+    EPYC the packed forward's logits are bit-identical at 1 to 4 threads; on an Intel Xeon MKL
+    rounds some products differently at 1 and 2 threads (docs/PERFORMANCE.md), so `job reproduce`
+    re-runs at the count the bundle records."""
 
     used: int
     chosen_by: str  # "--threads" or "physical cores"
