@@ -9,7 +9,7 @@ export const KNOWN = new Set([
   'type', 'const', 'enum', 'properties', 'required', 'additionalProperties', 'propertyNames',
   'minProperties', 'maxProperties', 'items', 'prefixItems', 'minItems', 'maxItems', 'uniqueItems',
   'minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum', 'minLength', 'maxLength', 'pattern',
-  'oneOf',
+  'oneOf', 'anyOf',
 ]);
 
 export class SchemaError extends Error {
@@ -33,7 +33,7 @@ export function unknownKeywords(schema) {
       if (!KNOWN.has(k)) found.add(k);
       if (k === 'properties' || k === '$defs') Object.values(v).forEach((s) => walk(s, true));
       else if (['items', 'additionalProperties', 'propertyNames'].includes(k)) walk(v, true);
-      else if (k === 'prefixItems' || k === 'oneOf') v.forEach((s) => walk(s, true));
+      else if (k === 'prefixItems' || k === 'oneOf' || k === 'anyOf') v.forEach((s) => walk(s, true));
     }
   };
   walk(schema, true);
@@ -159,6 +159,15 @@ export function makeValidator(schemas) {
       }
       if (matched !== 1) fail(`${matched} of the oneOf alternatives match, not exactly one`);
     }
+    if (s.anyOf && !s.anyOf.some((alt) => {
+      try {
+        check(v, alt, root, path);
+        return true;
+      } catch (e) {
+        if (!(e instanceof SchemaError)) throw e;
+        return false;
+      }
+    })) fail('none of the anyOf alternatives matches');
   };
   return (doc, id) => {
     const schema = byId.get(id);
