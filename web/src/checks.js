@@ -611,8 +611,26 @@ function warningsCheck(ctx) {
   if (!('warnings' in m)) {
     return expected.length ? `WARNING: ${expected.join('; WARNING: ')} (recomputed; this bundle records no warnings)` : `none called for (recomputed; this bundle records no warnings): audit accuracy ${pct(accuracy)}`;
   }
+  if ('per_class' in m) {
+    // The per-class warnings follow the accuracy and temperature ones; this page does not derive
+    // them, so it checks the leading ones and leaves the list to the Python verifier.
+    const lead = Array.isArray(m.warnings) ? m.warnings.slice(0, expected.length) : m.warnings;
+    if (JSON.stringify(lead) !== JSON.stringify(expected)) throw new bag.Failed(`metrics.json warns ${JSON.stringify(m.warnings)}, the logits and temperature.json call for ${JSON.stringify(expected)} before any per-class warning.`);
+    return null;
+  }
   if (JSON.stringify(m.warnings) !== JSON.stringify(expected)) throw new bag.Failed(`metrics.json warns ${JSON.stringify(m.warnings)}, the logits and temperature.json call for ${JSON.stringify(expected)}.`);
   return expected.length ? `WARNING: ${expected.join('; WARNING: ')}` : `none called for: audit accuracy ${pct(accuracy)} at or above chance ${pct(1 / k)}, T inside the fit interval`;
+}
+
+/** The format's default reproduction tolerance, and the most a reader of this page accepts
+ * (the Python verifier's --max-tolerance default; the page has no option to accept more). */
+const DEFAULT_LOGIT_TOLERANCE = 1e-4;
+
+function toleranceCheck(ctx) {
+  const section = ctx.doc('data/protocol.json').reproduction;
+  const tau = section && typeof section === 'object' && 'logit_tolerance' in section ? section.logit_tolerance : DEFAULT_LOGIT_TOLERANCE;
+  if (tau > DEFAULT_LOGIT_TOLERANCE) throw new bag.Failed(`the protocol pre-registers a logit tolerance of ${tau}, ${tau / DEFAULT_LOGIT_TOLERANCE} times the format default ${DEFAULT_LOGIT_TOLERANCE}; this page accepts only the default: run the Python verifier with --max-tolerance ${tau} to accept it.`);
+  return `logit tolerance ${tau} (${section && 'logit_tolerance' in section ? "the protocol's" : 'the format default'}), within the ${DEFAULT_LOGIT_TOLERANCE} accepted`;
 }
 
 function truncationCheck(ctx) {
@@ -728,8 +746,12 @@ const TABLE = [
   ['metrics.{pool}.{which}', '{pool} {which} metrics recomputed', metricsCheck, { each: () => POOLS.flatMap((pool) => ['raw', 'calibrated'].map((which) => ({ pool, which }))) }],
   ['metrics.argmax', 'argmax unchanged by the temperature', argmaxCheck, {}],
   ['metrics.warnings', 'warnings are those the audit accuracy and temperature call for', warningsCheck, {}],
+  ['metrics.per-class', 'per-class results recomputed; best relabelling certified', null, {}],
+  ['metrics.reproduction-bounds', 'what an equivalent reproduction can move, derived from the logits', null, {}],
+  ['reproduction.tolerance', 'pre-registered logit tolerance within what the reader accepts', toleranceCheck, {}],
   // listed when metrics.json holds a truncation summary, or could not be read (the check then says why)
   ['metrics.truncation', "truncation summary restates the predictions' token counts", truncationCheck, { when: (c) => !c.docs.has('data/metrics.json') || has(c, 'data/metrics.json', 'truncation') }],
+  ['metrics.estimators', 'pre-registered estimators recomputed with their intervals', null, { when: (c) => !c.docs.has('data/protocol.json') || !c.docs.has('data/metrics.json') || has(c, 'data/metrics.json', 'estimators') || Boolean((c.docs.get('data/protocol.json').metrics || {}).estimators) }],
   ['bootstrap.record', 'bootstrap names this protocol, temperature and predictions', null, { when: (c) => wants(c, 'bootstrap') }],
   ['bootstrap.intervals', 'bootstrap resamples and intervals recomputed', null, { when: (c) => wants(c, 'bootstrap') }],
   ['stability.refit', 'stability subsets re-fitted and NLLs recomputed', null, { when: (c) => wants(c, 'stability') }],
