@@ -113,6 +113,7 @@ def _mce_range(bins_lo: I64, bins_hi: I64, gap: F64, reach: F64, moving: NDArray
     return lo_max, hi_max
 
 
+@np.errstate(over="ignore")  # exp(2a) can be huge: the products overflow to inf, which the caps absorb
 def figure_bounds(z: F64, y: I64, beta: float, half_width: F64, flips: NDArray[np.bool_],
                   published: dict[str, Any]) -> dict[str, Any]:
     """Worst-case |change| of each figure of softmax(beta z) when each row's scaled logits move by
