@@ -208,6 +208,45 @@ def export_onnx(model_dir: Path, out: Path, batches: list[tuple[Any, Any]]) -> N
                           dynamic_axes=axes, opset_version=17)
 
 
+class Session:
+    """A loaded path and what its passes gave: the first full pass's logits, and whether every
+    later pass gave the same bits."""
+
+    def __init__(self, path: str, forward: Callable[..., Any], batches: list[tuple[Any, Any]]) -> None:
+        self.path, self.forward, self.batches = path, forward, batches
+        self.first: Any = None
+        self.identical = True
+
+    def run(self, subset: list[int] | None) -> dict[str, Any]:
+        """One pass over every batch (or over `subset`, a warm-up), each forward call timed."""
+        walls, logits = [], []
+        c0, t0 = time.process_time(), time.perf_counter()
+        with _no_grad()():
+            for ids, mask in (self.batches if subset is None else [self.batches[i] for i in subset]):
+                b0 = time.perf_counter()
+                out = as_numpy(self.forward(ids, mask))  # gemm: float64 [[seconds, flops]]
+                logits.append(out if self.path == "gemm" else np.asarray(out, dtype=np.float32))
+                walls.append(time.perf_counter() - b0)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        arr = np.concatenate(logits)
+        if subset is not None:
+            return {"wall": sum(walls), "batches": subset}
+        if self.first is None:
+            self.first = arr
+        else:
+            self.identical = self.identical and np.array_equal(arr, self.first)
+        gemm = ({"gemm_seconds": float(arr[:, 0].sum()), "gemm_flops": float(arr[:, 1].sum())}
+                if self.path == "gemm" else {})
+        return {"wall": sum(walls), "loop_wall": wall, "cpu": cpu, "batch_walls": walls,
+                "sha256": hashlib.sha256(arr.tobytes()).hexdigest(), **gemm}
+
+    def finish(self, logits: str | None) -> dict[str, Any]:
+        if self.first is not None and logits:
+            np.save(logits, self.first)
+        return {"peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                "passes_identical": self.identical}
+
+
 def serve(path: str, model_dir: Path, batches_file: Path, threads: str, onnx: Path | None) -> int:
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # anything else written to stdout goes to the log
@@ -216,11 +255,11 @@ def serve(path: str, model_dir: Path, batches_file: Path, threads: str, onnx: Pa
     def say(obj: dict[str, Any]) -> None:
         out.write(json.dumps(obj) + "\n")
 
-    batches = load_batches(batches_file)
     try:
         t0 = time.perf_counter()
         forward, info = build(path, model_dir, threads, onnx)
         info["load_s"] = round(time.perf_counter() - t0, 3)
+        session = Session(path, forward, load_batches(batches_file))
     except Exception as exc:  # noqa: BLE001  (reported to the driver, which leaves the path out and says why)
         say({"error": f"{type(exc).__name__}: {exc}"})
         return 1
@@ -232,40 +271,16 @@ def serve(path: str, model_dir: Path, batches_file: Path, threads: str, onnx: Pa
         info["torch"] = torch.__version__
         info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     say({"ready": info})
-    first: Any = None
-    identical = True
-    grad = _no_grad()
     for line in sys.stdin:
         cmd = json.loads(line)
-        if cmd["op"] == "pass":
-            walls, logits = [], []
-            subset = cmd.get("batches")  # a warm-up may run only some batches
-            c0, t0 = time.process_time(), time.perf_counter()
-            with grad():
-                for ids, mask in (batches if subset is None else [batches[i] for i in subset]):
-                    b0 = time.perf_counter()
-                    out_b = as_numpy(forward(ids, mask))  # gemm: float64 [[seconds, flops]]
-                    logits.append(out_b if path == "gemm" else np.asarray(out_b, dtype=np.float32))
-                    walls.append(time.perf_counter() - b0)
-            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-            arr = np.concatenate(logits)
-            if subset is not None:
-                say({"wall": sum(walls), "batches": subset})
-                continue
-            if first is None:
-                first = arr
-            else:
-                identical = identical and np.array_equal(arr, first)
-            say({"wall": sum(walls), "loop_wall": wall, "cpu": cpu, "batch_walls": walls,
-                 "sha256": hashlib.sha256(arr.tobytes()).hexdigest(),
-                 **({"gemm_seconds": float(arr[:, 0].sum()), "gemm_flops": float(arr[:, 1].sum())}
-                    if path == "gemm" else {})})
-        elif cmd["op"] == "finish":
-            if first is not None and cmd.get("logits"):
-                np.save(cmd["logits"], first)
-            say({"peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-                 "passes_identical": identical})
-            return 0
+        try:
+            if cmd["op"] == "finish":
+                say(session.finish(cmd.get("logits")))
+                return 0
+            say(session.run(cmd.get("batches")))
+        except Exception as exc:  # noqa: BLE001  (as above: one line to the driver)
+            say({"error": f"{type(exc).__name__}: {exc}"})
+            return 1
     return 0
 
 

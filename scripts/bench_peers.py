@@ -92,7 +92,7 @@ class Worker:
         msg: dict[str, Any] = json.loads(line)
         if "error" in msg:
             self.stop()
-            raise WorkerError(f"the {self.path} worker could not start: {msg['error']}")
+            raise WorkerError(f"the {self.path} worker failed: {msg['error']}")
         return msg
 
     def ask(self, cmd: dict[str, Any], timeout: float = PASS_TIMEOUT_S) -> dict[str, Any]:
