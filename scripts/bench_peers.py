@@ -172,9 +172,14 @@ def export_onnx(p: Prepared, python: str, cache: Path) -> Path:
     return out
 
 
-def worker_env(isa: str) -> dict[str, str]:
+def worker_env(isa: str, inductor_cache: Path | None = None) -> dict[str, str]:
+    """The workers' environment under instruction-set setting `isa`. torch.compile gets a cache of
+    its own per setting: inductor's cache is not keyed on ATEN_CPU_CAPABILITY, and a kernel compiled
+    under one setting, reused under another, gave NaN logits or a heap corruption (torch 2.13)."""
     env = {k: v for k, v in os.environ.items() if k not in ISA_ENV["avx2"]}
     env.update(ISA_ENV[isa])
+    if inductor_cache is not None:
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(inductor_cache / isa)
     env["PYTHONPATH"] = str(REPO)
     env.setdefault("OPENVINO_TELEMETRY_DISABLE", "1")
     return env
@@ -183,7 +188,7 @@ def worker_env(isa: str) -> dict[str, str]:
 def run_block(p: Prepared, isa: str, threads: str, paths: list[str], python: dict[str, str], warmup: int,
               repeats: int, work: Path, warmup_batches: list[int] | None = None) -> dict[str, Any]:
     """Every path's worker for one model, instruction-set setting and thread setting, driven round-robin."""
-    env = worker_env(isa)
+    env = worker_env(isa, work.parent / "inductor-cache")
     tag = f"{p.name}-{isa}-t{threads}"
     workers: dict[str, Worker] = {}
     out: dict[str, Any] = {"model": p.name, "isa": isa, "threads": threads, "load_avg": [load()], "paths": {},

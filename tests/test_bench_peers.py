@@ -45,6 +45,16 @@ def test_a_one_ulp_difference_shows_and_a_zero_means_every_bit_matched() -> None
     assert logit_difference(flipped, job)["argmax_changes"] == int(job[3].argmax() != job[3][::-1].argmax())
 
 
+def test_nan_logits_are_counted_not_hidden_in_the_largest_difference() -> None:
+    job = np.arange(12, dtype=np.float32).reshape(6, 2)
+    broken = job.copy()
+    broken[2, 1] = np.nan
+    broken[4, 0] += 0.5
+    d = logit_difference(broken, job)
+    assert d["nonfinite_rows"] == 1 and d["rows_differing"] == 2 and d["max_abs"] == 0.5
+    assert fmt_diff(d) == "NaN or inf in 1/6 rows"
+
+
 def test_a_difference_of_an_array_with_itself_or_of_other_rows_is_refused() -> None:
     job = np.ones((4, 2), dtype=np.float32)
     with pytest.raises(ValueError, match="same memory"):
