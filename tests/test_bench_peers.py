@@ -167,3 +167,35 @@ def test_the_peers_lock_is_hashed_and_apart_from_the_jobs_and_the_verifiers_requ
     assert not set(PEER_PACKAGES) & set(job)
     verifier = (REPO / "verify" / "requirements.txt").read_text().lower()
     assert not any(re.search(rf"^{p}\b", verifier, re.MULTILINE) for p in PEER_PACKAGES)
+
+
+def _block(tmp: Path, threads: str, walls: dict[str, list[float]], logits: dict[str, np.ndarray],
+           gemm: tuple[float, float]) -> dict[str, object]:
+    paths: dict[str, object] = {}
+    for path, w in walls.items():
+        np.save(tmp / f"{threads}-{path}.npy", logits[path])
+        paths[path] = {"info": {"threads": 2 if threads == "default" else 1}, "warmup": [{"wall": 9.0}],
+                       "passes": [{"wall": x} for x in w], "peak_rss_mb": 500.0,
+                       "logits": str(tmp / f"{threads}-{path}.npy")}
+    paths["gemm"] = {"info": {}, "passes": [{"gemm_flops": gemm[0], "gemm_seconds": gemm[1]}], "peak_rss_mb": 1.0}
+    return {"model": "m", "isa": "native", "threads": threads, "load_avg": [0.1, 0.2], "paths": paths, "errors": {}}
+
+
+def test_the_tables_take_every_figure_from_the_passes_and_the_logits(tmp_path: Path) -> None:
+    job = np.array([[1.0, -1.0], [0.3, 0.25]], dtype=np.float32)
+    eager = job.copy()
+    eager[1, 0] = np.nextafter(eager[1, 0], np.float32(0))
+    p = bench_peers.Prepared("m", tmp_path, tmp_path / "b.npz", [3, 4], 200, 2)
+    one = bench_peers.summarise(_block(tmp_path, "1", {"job": [2.0, 4.0, 3.0], "eager": [6.0, 6.0, 6.0]},
+                                       {"job": job, "eager": eager}, (400.0, 2.0)), p)
+    default = bench_peers.summarise(_block(tmp_path, "default", {"job": [1.5, 1.5, 1.5]}, {"job": job.copy()},
+                                           (400.0, 1.0)), p)
+    j, e = one["paths"]["job"], one["paths"]["eager"]
+    assert j["time"]["median"] == 3.0 and j["rows_per_s"] == pytest.approx(2 / 3)
+    assert e["relative_to_job"] == pytest.approx(2.0) and j["relative_to_job"] == 1.0
+    assert j["useful_gemm_fraction"] == pytest.approx((200 / 3.0) / (400 / 2.0))  # useful rate / GEMM rate
+    assert e["logits_vs_job"]["rows_differing"] == 1 and e["logits_vs_job"]["max_ulps"] == 1.0
+    assert j["logits_vs_job"] is None and "gemm" not in one["paths"]
+    text = bench_peers.report([one, default], {"m": p})
+    assert "| eager | 1 (1) | 6.00 | 6.00–6.00 | 0.3 | 2.00 |" in text
+    assert "| m | native | 2 | 3.00 | 1.50 | 0.50 | 0 (all 2 rows bit-identical) |" in text
