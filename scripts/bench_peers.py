@@ -257,7 +257,9 @@ def summarise(block: dict[str, Any], p: Prepared) -> dict[str, Any]:
                                      if gemm_rate else None)
         logits = np.load(r["logits"])
         r["logits_vs_job"] = None if job_logits is None or path == "job" else logit_difference(logits, job_logits)
-        for x in r["passes"] + r["warmup"]:
+        # each batch's median over the timed passes: where a path gains or loses against another
+        r["batch_walls_median"] = np.median([x.pop("batch_walls") for x in r["passes"]], axis=0).round(5).tolist()
+        for x in r["warmup"]:
             x.pop("batch_walls", None)
     if "job" in paths and "time" in paths["job"]:
         ref = paths["job"]["time"]["median"]

@@ -175,7 +175,7 @@ def _block(tmp: Path, threads: str, walls: dict[str, list[float]], logits: dict[
     for path, w in walls.items():
         np.save(tmp / f"{threads}-{path}.npy", logits[path])
         paths[path] = {"info": {"threads": 2 if threads == "default" else 1}, "warmup": [{"wall": 9.0}],
-                       "passes": [{"wall": x} for x in w], "peak_rss_mb": 500.0,
+                       "passes": [{"wall": x, "batch_walls": [x / 4, 3 * x / 4]} for x in w], "peak_rss_mb": 500.0,
                        "logits": str(tmp / f"{threads}-{path}.npy")}
     paths["gemm"] = {"info": {}, "passes": [{"gemm_flops": gemm[0], "gemm_seconds": gemm[1]}], "peak_rss_mb": 1.0}
     return {"model": "m", "isa": "native", "threads": threads, "load_avg": [0.1, 0.2], "paths": paths, "errors": {}}
@@ -192,6 +192,7 @@ def test_the_tables_take_every_figure_from_the_passes_and_the_logits(tmp_path: P
                                            (400.0, 1.0)), p)
     j, e = one["paths"]["job"], one["paths"]["eager"]
     assert j["time"]["median"] == 3.0 and j["rows_per_s"] == pytest.approx(2 / 3)
+    assert j["batch_walls_median"] == [0.75, 2.25]
     assert e["relative_to_job"] == pytest.approx(2.0) and j["relative_to_job"] == 1.0
     assert j["useful_gemm_fraction"] == pytest.approx((200 / 3.0) / (400 / 2.0))  # useful rate / GEMM rate
     assert e["logits_vs_job"]["rows_differing"] == 1 and e["logits_vs_job"]["max_ulps"] == 1.0
