@@ -8,7 +8,7 @@ KEY ?=
 BUNDLE ?=
 TRUSTED_KEY ?=
 
-.PHONY: help install test test-slow test-fast lint standin-run smoke verify bench web
+.PHONY: help install test test-slow test-fast lint standin-run smoke verify bench bench-job bench-peers-env web
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -47,7 +47,17 @@ smoke: ## 8-row smoke test on the stand-in resources
 verify: ## verify a bundle without torch: make verify BUNDLE=DIR|TAR.GZ [TRUSTED_KEY=PUB.pem]
 	$(PY) -m verify $(BUNDLE) $(if $(TRUSTED_KEY),--trusted-key $(TRUSTED_KEY))
 
-bench: ## performance benchmark; prints a table and writes bench.json
+BENCH_VENV ?= .bench-venv
+BENCH_ARGS ?=
+
+bench: ## the forward against its peers, interleaved, 1 thread and the default (docs/PERFORMANCE.md); BENCH_ARGS=...
+	$(PY) scripts/bench_peers.py --peer-python $(if $(wildcard $(BENCH_VENV)/bin/python),$(BENCH_VENV)/bin/python,none) $(BENCH_ARGS)
+
+bench-peers-env: ## benchmark-only .bench-venv: requirements.lock + ONNX Runtime, OpenVINO, onnx (scripts/bench-peers.lock)
+	test -x $(BENCH_VENV)/bin/python || python3.11 -m venv $(BENCH_VENV) || python3 -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install -q --require-hashes -r requirements.lock -r scripts/bench-peers.lock
+
+bench-job: ## the job's own benchmark: GEMM fraction, naive pipeline, formal-run peak RSS (writes bench.json)
 	$(PY) scripts/bench.py
 
 # The browser verifier: npm packages exactly as web/package-lock.json pins them (integrity-checked;

@@ -189,24 +189,30 @@ class Workload:
         return m * self.layers * (8 * d * d + 4 * d * h)
 
 
-def workload(protocol: Any, tokenizer: Any, model: Any, s: Any) -> Workload:
+def model_shape(model: Any) -> tuple[tuple[int, int, int, int], bool]:
+    """((dim, hidden, layers, labels), packed) of a loaded job forward."""
+    from job.distilbert import DistilBertClassifier
+
+    if isinstance(model, DistilBertClassifier):
+        return (model.dim, model.hidden_dim, model.n_layers, model.num_labels), True
+    c = model.model.config  # transformers' own forward (job.model.TransformersForward)
+    return (c.dim, c.hidden_dim, c.n_layers, c.num_labels), False
+
+
+def workload(protocol: Any, tokenizer: Any, shape: tuple[int, int, int, int], packed: bool, s: Any,
+             parquet: Path = PARQUET) -> Workload:
+    """The protocol's calibration and audit pools of `parquet`, split as the job splits them,
+    with their token counts and batch plans under `tokenizer` and settings `s`."""
     from job.batching import batch_plan, encode
     from job.dataset import load_rows
-    from job.distilbert import DistilBertClassifier
     from job.split import make_pools
 
-    rows = load_rows(PARQUET, protocol.resources.dataset.shape())
+    rows = load_rows(parquet, protocol.resources.dataset.shape())
     pools = make_pools(protocol.prefix, rows.ids, protocol.pool_sizes)
     texts = {p: [rows.texts[i] for i in pools[p].positions] for p in POOLS}
     keys = {p: pools[p].keys for p in POOLS}
     lengths = {p: encode(tokenizer, texts[p], s.max_length).lengths for p in POOLS}
-    packed = isinstance(model, DistilBertClassifier)
     plans = {p: batch_plan(lengths[p], keys[p], s.batch_size) for p in POOLS}
-    if packed:
-        shape = (model.dim, model.hidden_dim, model.n_layers, model.num_labels)
-    else:
-        c = model.model.config  # transformers' own forward (job.model.TransformersForward)
-        shape = (c.dim, c.hidden_dim, c.n_layers, c.num_labels)
     return Workload(texts, keys, lengths, plans, *shape, packed)
 
 
@@ -412,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     torch_info = configure_torch(s0)
     loaded = load_model(model_dir, s0)
     tokenizer, model = loaded.tokenizer, loaded.forward
-    w = workload(protocol, tokenizer, model, s0)
+    w = workload(protocol, tokenizer, *model_shape(model), s0)
     from transformers import AutoModelForSequenceClassification
 
     naive_pipe = pipeline("text-classification", model=str(model_dir), device="cpu", batch_size=16)

@@ -1,0 +1,319 @@
+#!/usr/bin/env python3
+"""One path of the forward benchmark (scripts/bench_peers.py) in a process of its own.
+
+    python scripts/bench_peer_worker.py --path job --model-dir DIR --batches B.npz --threads 1|default
+
+The driver starts one worker per path, so each path's peak RSS is its own, and drives them in
+turn over stdin/stdout, one JSON object a line (the worker's own stdout goes to stderr, so that
+no library's print can corrupt the exchange):
+
+    -> {"op": "pass"}                  <- {"wall": s, "cpu": s, "batch_walls": [...], "sha256": hex}
+    -> {"op": "pass", "batches": [i]}  <- {"wall": s, "batches": [i]}   (a warm-up on some batches)
+    -> {"op": "finish", "logits": F}   <- {"peak_rss_mb": MB, "passes_identical": bool}
+
+A pass runs every batch of B.npz (`ids_<i>`, `mask_<i>`: right-padded int64 [rows, longest], in
+the job's batch order) through the path's forward and times each call, the conversion of the
+logits to a float32 numpy array included. The first full pass's logits are written to F at `finish`;
+every later pass is compared with it bit for bit. Before the first command the worker answers
+{"ready": {...}} with what it loaded and how many threads it runs, or {"error": "..."}.
+
+Paths: `job` (the job's forward, loaded and configured as a run does: job.runtime.Settings,
+configure_torch, job.model.load_model), `eager` and `sdpa` (transformers' forward with that
+attention), `compile` (torch.compile of the eager model, dynamic shapes), `gemm` (not a
+forward: F.linear at the model's three matrix shapes with M = the batch's real tokens, best of
+3 calls each, scaled to all layers: the GEMM limit the job's linear layers could reach), and,
+with the benchmark environment's Python (.bench-venv), `ort` (ONNX Runtime, CPU provider, its
+default graph optimisations) and `openvino` (CPU plugin, f32 inference precision) on the ONNX
+file given by --onnx. `export` writes that file instead of serving."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import resource
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+TORCH_PATHS = ("job", "eager", "sdpa", "compile", "gemm")
+ONNX_PATHS = ("ort", "openvino")
+GEMM_CALLS = 3
+
+
+def load_batches(path: Path) -> list[tuple[Any, Any]]:
+    with np.load(path) as z:
+        n = sum(1 for k in z.files if k.startswith("ids_"))
+        return [(z[f"ids_{i}"], z[f"mask_{i}"]) for i in range(n)]
+
+
+def torch_threads(threads: str) -> int:
+    """Set torch's intra-op threads unless `threads` is "default"; the count torch then runs."""
+    import torch
+
+    if threads != "default":
+        torch.set_num_threads(int(threads))
+    return int(torch.get_num_threads())
+
+
+def transformers_model(model_dir: Path, attn: str) -> Any:
+    import torch
+    from transformers import AutoModelForSequenceClassification
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+    return AutoModelForSequenceClassification.from_pretrained(model_dir, attn_implementation=attn,
+                                                              dtype=torch.float32).eval()
+
+
+def job_forward(model_dir: Path, threads: str) -> tuple[Callable[..., Any], dict[str, Any]]:
+    """The job's forward, set up exactly as `python -m job run` sets it up."""
+    import torch
+
+    from job.model import load_model
+    from job.protocol import DEFAULT_PROTOCOL, load_protocol
+    from job.runtime import Settings, configure_torch
+
+    inference = load_protocol(DEFAULT_PROTOCOL).inference
+    s = Settings.from_protocol(inference, None if threads == "default" else int(threads))
+    info = configure_torch(s)
+    model = load_model(model_dir, s)
+    choice = s.thread_choice.record() if s.thread_choice else None
+    return (lambda ids, mask: model.forward(ids, mask)), {
+        "threads": int(torch.get_num_threads()), "thread_choice": choice, "forward": model.choice.record(),
+        "deterministic": info["deterministic_algorithms"]}
+
+
+def hf_forward(model_dir: Path, threads: str, attn: str, compiled: bool) -> tuple[Callable[..., Any], dict[str, Any]]:
+    import torch
+
+    n = torch_threads(threads)
+    model = transformers_model(model_dir, attn)
+    run = torch.compile(model, dynamic=True) if compiled else model
+
+    def forward(ids: Any, mask: Any) -> Any:
+        return run(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask)).logits
+
+    return forward, {"threads": n, "attention": model.config._attn_implementation, "compiled": compiled}
+
+
+def gemm_forward(model_dir: Path, threads: str) -> tuple[Callable[..., Any], dict[str, Any]]:
+    """Per batch: the seconds all layers' linear layers take at the best measured GEMM speed, on
+    M = the batch's real tokens (what the job's packed linear layers see)."""
+    import torch
+    import torch.nn.functional as F
+
+    n = torch_threads(threads)
+    config = json.loads((model_dir / "config.json").read_text())
+    d, h, layers = int(config["dim"]), int(config["hidden_dim"]), int(config["n_layers"])
+    gen = torch.Generator().manual_seed(0)
+    weights = {"dd": (torch.randn(d, d, generator=gen), torch.randn(d, generator=gen)),
+               "dh": (torch.randn(h, d, generator=gen), torch.randn(h, generator=gen)),
+               "hd": (torch.randn(d, h, generator=gen), torch.randn(d, generator=gen))}
+
+    def forward(ids: Any, mask: Any) -> Any:
+        m = int(mask.sum())
+        best = {}
+        for tag, (w, b) in weights.items():
+            x = torch.randn(m, w.shape[1], generator=gen)
+            F.linear(x, w, b)  # first touch of x and the output's size class
+            times = []
+            for _ in range(GEMM_CALLS):
+                t0 = time.perf_counter()
+                F.linear(x, w, b)
+                times.append(time.perf_counter() - t0)
+            best[tag] = min(times)
+        seconds = layers * (4 * best["dd"] + best["dh"] + best["hd"])
+        flops = 2 * m * layers * (4 * d * d + 2 * d * h)
+        return torch.tensor([[seconds, float(flops)]], dtype=torch.float64)
+
+    return forward, {"threads": n, "shapes": {"dim": d, "hidden": h, "layers": layers}, "calls": GEMM_CALLS}
+
+
+def ort_forward(onnx: Path, threads: str) -> tuple[Callable[..., Any], dict[str, Any]]:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()  # graph_optimization_level: ORT_ENABLE_ALL by default
+    opts.intra_op_num_threads = 0 if threads == "default" else int(threads)
+    sess = ort.InferenceSession(str(onnx), opts, providers=["CPUExecutionProvider"])
+
+    def forward(ids: Any, mask: Any) -> Any:
+        return sess.run(["logits"], {"input_ids": ids, "attention_mask": mask})[0]
+
+    return forward, {"threads": "ORT default (physical cores)" if threads == "default" else int(threads),
+                     "version": ort.__version__, "providers": sess.get_providers(),
+                     "graph_optimization_level": str(opts.graph_optimization_level)}
+
+
+def openvino_forward(onnx: Path, threads: str) -> tuple[Callable[..., Any], dict[str, Any]]:
+    import openvino as ov
+
+    core = ov.Core()
+    # f32 explicitly: on a CPU with AMX or AVX-512 BF16 the plugin's default precision is bf16
+    config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32"}
+    if threads != "default":
+        config["INFERENCE_NUM_THREADS"] = int(threads)
+    compiled = core.compile_model(core.read_model(str(onnx)), "CPU", config)
+    request = compiled.create_infer_request()
+
+    def forward(ids: Any, mask: Any) -> Any:
+        request.infer({"input_ids": ids, "attention_mask": mask})
+        return request.get_output_tensor(0).data.copy()
+
+    props = {k: str(compiled.get_property(k)) for k in ("INFERENCE_NUM_THREADS", "INFERENCE_PRECISION_HINT",
+                                                         "PERFORMANCE_HINT")}
+    return forward, {"threads": props["INFERENCE_NUM_THREADS"], "version": ov.get_version(), "properties": props}
+
+
+def build(path: str, model_dir: Path, threads: str, onnx: Path | None) -> tuple[Callable[..., Any], dict[str, Any]]:
+    if path == "job":
+        return job_forward(model_dir, threads)
+    if path in ("eager", "sdpa", "compile"):
+        return hf_forward(model_dir, threads, "sdpa" if path == "sdpa" else "eager", path == "compile")
+    if path == "gemm":
+        return gemm_forward(model_dir, threads)
+    if onnx is None:
+        raise ValueError(f"the {path} path needs --onnx")
+    return (ort_forward if path == "ort" else openvino_forward)(onnx, threads)
+
+
+def peak_rss_mb() -> float:
+    """This process's resident high-water mark (VmHWM). Not getrusage's ru_maxrss: Linux carries
+    that over from the parent through fork and exec, so every worker would report at least the
+    driver's size."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # no /proc: an upper bound
+
+
+def as_numpy(out: Any) -> Any:
+    return out if isinstance(out, np.ndarray) else out.detach().numpy()
+
+
+def export_onnx(model_dir: Path, out: Path, batches: list[tuple[Any, Any]]) -> None:
+    """transformers' eager forward of the model as ONNX (opset 17, batch and length dynamic),
+    exported with torch.onnx's TorchScript exporter: the graph a user would hand to ONNX Runtime
+    or OpenVINO. Traced on the longest batch (padding included)."""
+    import torch
+
+    model = transformers_model(model_dir, "eager")
+    ids, mask = max(batches, key=lambda b: b[0].size)
+    axes = {"input_ids": {0: "batch", 1: "length"}, "attention_mask": {0: "batch", 1: "length"},
+            "logits": {0: "batch"}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (torch.from_numpy(ids), torch.from_numpy(mask)), str(out), dynamo=False,
+                          input_names=["input_ids", "attention_mask"], output_names=["logits"],
+                          dynamic_axes=axes, opset_version=17)
+
+
+class Session:
+    """A loaded path and what its passes gave: the first full pass's logits, and whether every
+    later pass gave the same bits."""
+
+    def __init__(self, path: str, forward: Callable[..., Any], batches: list[tuple[Any, Any]]) -> None:
+        self.path, self.forward, self.batches = path, forward, batches
+        self.first: Any = None
+        self.identical = True
+
+    def run(self, subset: list[int] | None) -> dict[str, Any]:
+        """One pass over every batch (or over `subset`, a warm-up), each forward call timed."""
+        walls, logits = [], []
+        c0, t0 = time.process_time(), time.perf_counter()
+        with _no_grad()():
+            for ids, mask in (self.batches if subset is None else [self.batches[i] for i in subset]):
+                b0 = time.perf_counter()
+                out = as_numpy(self.forward(ids, mask))  # gemm: float64 [[seconds, flops]]
+                logits.append(out if self.path == "gemm" else np.asarray(out, dtype=np.float32))
+                walls.append(time.perf_counter() - b0)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        arr = np.concatenate(logits)
+        if subset is not None:
+            return {"wall": sum(walls), "batches": subset}
+        if self.first is None:
+            self.first = arr
+        else:
+            self.identical = self.identical and np.array_equal(arr, self.first)
+        gemm = ({"gemm_seconds": float(arr[:, 0].sum()), "gemm_flops": float(arr[:, 1].sum())}
+                if self.path == "gemm" else {})
+        return {"wall": sum(walls), "loop_wall": wall, "cpu": cpu, "batch_walls": walls,
+                "sha256": hashlib.sha256(arr.tobytes()).hexdigest(), **gemm}
+
+    def finish(self, logits: str | None) -> dict[str, Any]:
+        if self.first is not None and logits:
+            np.save(logits, self.first)
+        return {"peak_rss_mb": peak_rss_mb(), "passes_identical": self.identical}
+
+
+def serve(path: str, model_dir: Path, batches_file: Path, threads: str, onnx: Path | None) -> int:
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # anything else written to stdout goes to the log
+    sys.stdout = sys.stderr
+
+    def say(obj: dict[str, Any]) -> None:
+        out.write(json.dumps(obj) + "\n")
+
+    try:
+        t0 = time.perf_counter()
+        forward, info = build(path, model_dir, threads, onnx)
+        info["load_s"] = round(time.perf_counter() - t0, 3)
+        session = Session(path, forward, load_batches(batches_file))
+    except Exception as exc:  # noqa: BLE001  (reported to the driver, which leaves the path out and says why)
+        say({"error": f"{type(exc).__name__}: {exc}"})
+        return 1
+    info["isa"] = {k: os.environ[k] for k in ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
+                   if k in os.environ}
+    if path in TORCH_PATHS:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    say({"ready": info})
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        try:
+            if cmd["op"] == "finish":
+                say(session.finish(cmd.get("logits")))
+                return 0
+            say(session.run(cmd.get("batches")))
+        except Exception as exc:  # noqa: BLE001  (as above: one line to the driver)
+            say({"error": f"{type(exc).__name__}: {exc}"})
+            return 1
+    return 0
+
+
+def _no_grad() -> Callable[[], Any]:
+    """torch.inference_mode where torch is imported (the torch paths), else a no-op context."""
+    import contextlib
+
+    torch = sys.modules.get("torch")
+    return torch.inference_mode if torch is not None else contextlib.nullcontext
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--path", required=True, choices=(*TORCH_PATHS, *ONNX_PATHS, "export"))
+    ap.add_argument("--model-dir", type=Path, required=True)
+    ap.add_argument("--batches", type=Path, required=True)
+    ap.add_argument("--threads", default="default")
+    ap.add_argument("--onnx", type=Path, help="the exported model (ort, openvino; export writes it)")
+    args = ap.parse_args(argv)
+    if args.path == "export":
+        export_onnx(args.model_dir, args.onnx, load_batches(args.batches))
+        return 0
+    return serve(args.path, args.model_dir, args.batches, args.threads, args.onnx)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
