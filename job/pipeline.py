@@ -41,7 +41,7 @@ from job.rocrate import Publication, crate_bytes
 from job.runtime import Settings
 from job.split import Pool, make_pools
 from job.stability import stability_record
-from job.tolerance_bounds import reproduction_bounds
+from job.tolerance_bounds import fit_of, reproduction_bounds
 
 if TYPE_CHECKING:
     from job.sharded import ShardOptions
@@ -150,9 +150,10 @@ def metrics_record(protocol: Protocol, predictions: Mapping[str, Predictions], b
     `predictions`: both pools' records by pool name."""
     pools: dict[str, Any] = {}
     unchanged = True
+    logits = {name: predictions[name].logits.astype(np.float64) for name in (AUDIT, CAL)}
     for name, role in ((AUDIT, "evidence"), (CAL, "fit pool, not evidence")):
         pred = predictions[name]
-        z = pred.logits.astype(np.float64)
+        z = logits[name]
         unchanged &= bool((softmax(beta * z).argmax(axis=1) == z.argmax(axis=1)).all())
         pools[name] = {
             "role": role, "predictions_sha256": pred.sha256,
@@ -161,12 +162,10 @@ def metrics_record(protocol: Protocol, predictions: Mapping[str, Predictions], b
         }
     audit = pools[AUDIT]["raw"]
     max_length = protocol.inference.max_length
-    classes = {name: per_class(predictions[name].logits.astype(np.float64), predictions[name].labels)
-               for name in (AUDIT, CAL)}
+    classes = {name: per_class(logits[name], predictions[name].labels) for name in (AUDIT, CAL)}
     tau, source = protocol.logit_tolerance
-    fit = {"beta_min": protocol.fit.beta_min, "beta_max": protocol.fit.beta_max, "steps": protocol.fit.steps}
-    bounds = reproduction_bounds({name: (predictions[name].logits.astype(np.float64), predictions[name].labels)
-                                  for name in (AUDIT, CAL)}, pools, beta, tau, source, fit)
+    bounds = reproduction_bounds({name: (logits[name], predictions[name].labels) for name in (AUDIT, CAL)},
+                                 pools, beta, tau, source, fit_of(protocol))
     record = {"protocol_sha256": protocol.sha256, "temperature_sha256": temperature_sha256,
               "beta": beta, "temperature": 1.0 / beta, "argmax_unchanged": unchanged, "pools": pools,
               "warnings": (run_warnings(audit["accuracy"], len(protocol.resources.dataset.labels), temperature)
@@ -178,7 +177,7 @@ def metrics_record(protocol: Protocol, predictions: Mapping[str, Predictions], b
     if protocol.estimators:
         boot = protocol.bootstrap
         record["estimators"] = estimators_record(
-            protocol.estimators, AUDIT, predictions[AUDIT].logits.astype(np.float64), predictions[AUDIT].labels,
+            protocol.estimators, AUDIT, logits[AUDIT], predictions[AUDIT].labels,
             beta, boot.resamples if boot else 0, boot.seed if boot else 0)
     return record
 

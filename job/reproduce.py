@@ -40,7 +40,7 @@ from job.resources import Resources
 from job.row_inputs import INPUT_FIELDS, InputDifference, differing_fields, input_differences
 from job.split import make_pools
 from job.spot_sample import draw_batches
-from job.tolerance_bounds import reproduction_bounds
+from job.tolerance_bounds import fit_of, reproduction_bounds
 from job.verified_bundle import RecordedPool, VerifiedBundle, load_verified
 
 if TYPE_CHECKING:
@@ -381,9 +381,8 @@ def attested_bounds(bundle: VerifiedBundle, protocol: Protocol) -> dict[str, Any
     """What `equivalent` can move for this bundle (job.tolerance_bounds), from its stored logits:
     the attestation states it beside its verdict, whatever that verdict is."""
     m = bundle.json(layout.METRICS_JSON)
-    fit = {"beta_min": protocol.fit.beta_min, "beta_max": protocol.fit.beta_max, "steps": protocol.fit.steps}
     pools = {n: (bundle.pool(n).logits.astype(np.float64), bundle.pool(n).label) for n in POOLS}
-    return reproduction_bounds(pools, m["pools"], m["beta"], *protocol.logit_tolerance, fit)
+    return reproduction_bounds(pools, m["pools"], m["beta"], *protocol.logit_tolerance, fit_of(protocol))
 
 
 def reproduce(options: ReproduceOptions, resolve: Callable[[Protocol], Resources],

@@ -26,13 +26,16 @@ bundle/FORMAT.md, "What equivalent can move"); they are computed from the stored
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from job.calibration import log_softmax, nll_gradient
 from job.metrics import BINS, bin_index
+
+if TYPE_CHECKING:
+    from job.protocol import Protocol
 
 F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]
@@ -160,6 +163,11 @@ def figure_bounds(z: F64, y: I64, beta: float, half_width: F64, flips: NDArray[n
         "rows_that_could_flip": int(flips.sum()),
         "rows_near_bin_edge": int(near_edge.sum()),
     }
+
+
+def fit_of(protocol: Protocol) -> dict[str, Any]:
+    """The protocol's fit interval and steps, as reproduction_bounds takes them."""
+    return {"beta_min": protocol.fit.beta_min, "beta_max": protocol.fit.beta_max, "steps": protocol.fit.steps}
 
 
 def reproduction_bounds(pools: dict[str, tuple[F64, I64]], metrics_pools: dict[str, Any], beta: float,
