@@ -12,7 +12,9 @@ import { bisect, firstArgmax, gradient, metricSet, meanNll } from './numerics.js
 import { readPool } from './predictions.js';
 import { makeValidator, SchemaError } from './schema.js';
 import { parseEnvelope, parseStatement, readPublicKey, signatureBy } from './signature.js';
-import SCHEMAS from './schemas.generated.js';
+import { expectedBounds } from './bounds.js';
+import { counts, expectedClassWarnings, expectedRecord, checkPermutation, pct } from './perclass.js';
+import SCHEMAS, { SCHEMA_SHA256 } from './schemas.generated.js';
 
 export const NOT_HERE = 'not checked here: run the Python verifier';
 export const VERDICTS = {
@@ -576,8 +578,7 @@ function trajectoryCheck(ctx) {
   return `${steps.length} steps, bracket halves each step, lo/hi follow the sign of g, g recomputed within 1e-9, final g = ${gFinal.toExponential(2)}`;
 }
 
-/** Python's format(x, '.1%') and format(x, 'g'), for the warnings' words. */
-const pct = (x) => `${(x * 100).toFixed(1)}%`;
+/** Python's format(x, 'g'), for the warnings' words. */
 function pyG(x) {
   if (x === 0) return '0';
   const exp = Math.floor(Math.log10(Math.abs(x)));
@@ -600,6 +601,9 @@ function expectedWarnings(accuracy, k, t) {
   return out;
 }
 
+const UNRECORDED = ' (recomputed; this bundle records no warnings)';
+const PER_CLASS_UNRECORDED = ' (the per-class ones recomputed; this bundle records no per-class results)';
+
 function warningsCheck(ctx) {
   const m = ctx.doc('data/metrics.json');
   const k = ctx.doc('data/protocol.json').resources.dataset.labels.length;
@@ -608,18 +612,142 @@ function warningsCheck(ctx) {
   for (let i = 0; i < audit.n; i++) right += firstArgmax(audit.z, i * audit.k, audit.k) === audit.y[i] ? 1 : 0;
   const accuracy = right / audit.n;
   const expected = expectedWarnings(accuracy, k, ctx.doc('data/temperature.json'));
+  const [byClass] = expectedClassWarnings(counts(audit), m);
+  const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
+  if ('per_class' in m) expected.push(...byClass);
+  else if (byClass.length) {
+    // Written before per_class (its schema revision allows that, metrics.per-class): the recorded
+    // list is checked by the earlier rule, and the per-class warnings are shown.
+    if ('warnings' in m && !same(m.warnings, expected)) throw new bag.Failed(`metrics.json warns ${JSON.stringify(m.warnings)}, the logits and temperature.json call for ${JSON.stringify(expected)}.`);
+    return `WARNING: ${[...expected, ...byClass].join('; WARNING: ')}${'warnings' in m ? PER_CLASS_UNRECORDED : UNRECORDED}`;
+  }
   if (!('warnings' in m)) {
-    return expected.length ? `WARNING: ${expected.join('; WARNING: ')} (recomputed; this bundle records no warnings)` : `none called for (recomputed; this bundle records no warnings): audit accuracy ${pct(accuracy)}`;
+    return expected.length ? `WARNING: ${expected.join('; WARNING: ')}${UNRECORDED}` : `none called for${UNRECORDED}: audit accuracy ${pct(accuracy)}`;
   }
-  if ('per_class' in m) {
-    // The per-class warnings follow the accuracy and temperature ones; this page does not derive
-    // them, so it checks the leading ones and leaves the list to the Python verifier.
-    const lead = Array.isArray(m.warnings) ? m.warnings.slice(0, expected.length) : m.warnings;
-    if (JSON.stringify(lead) !== JSON.stringify(expected)) throw new bag.Failed(`metrics.json warns ${JSON.stringify(m.warnings)}, the logits and temperature.json call for ${JSON.stringify(expected)} before any per-class warning.`);
-    return null;
-  }
-  if (JSON.stringify(m.warnings) !== JSON.stringify(expected)) throw new bag.Failed(`metrics.json warns ${JSON.stringify(m.warnings)}, the logits and temperature.json call for ${JSON.stringify(expected)}.`);
+  if (!same(m.warnings, expected)) throw new bag.Failed(`metrics.json warns ${JSON.stringify(m.warnings)}, the logits and temperature.json call for ${JSON.stringify(expected)}.`);
   return expected.length ? `WARNING: ${expected.join('; WARNING: ')}` : `none called for: audit accuracy ${pct(accuracy)} at or above chance ${pct(1 / k)}, T inside the fit interval`;
+}
+
+/** Every leaf of a per_class record (parseRaw values) against the recomputed one: integers must be
+ * JSON integers and equal, rates within the metric tolerance, null only where expected. */
+function compareCounts(found, expected, where, out) {
+  if (Array.isArray(expected)) {
+    if (!Array.isArray(found) || found.length !== expected.length) {
+      out.push(`${where}: ${Array.isArray(found) ? found.length : 'no'} entries, expected ${expected.length}`);
+      return;
+    }
+    expected.forEach((e, i) => compareCounts(found[i], e, `${where}[${i}]`, out));
+    return;
+  }
+  const shown = found instanceof Num ? found.token : JSON.stringify(found);
+  if (expected === null) {
+    if (found !== null) out.push(`${where}: bundle ${shown}, recomputed None`);
+  } else if (expected.rate) {
+    if (!(found instanceof Num) || !(Math.abs(found.value - expected.rate) <= METRIC_TOL)) out.push(`${where}: bundle ${shown}, recomputed ${expected.rate}`);
+  } else if (!(found instanceof Num) || !found.integer || found.value !== expected.count) out.push(`${where}: bundle ${shown}, recomputed ${expected.count}`);
+}
+
+/** Whether the signed predicate names this page's metrics schema, which always writes per_class. */
+function namesCurrentSchema(ctx) {
+  const statement = ctx.need(ctx.statement, 'the signed statement');
+  const named = ((statement.predicate.schemas || {})['data/metrics.json'] || {}).sha256;
+  return named === SCHEMA_SHA256.metrics;
+}
+
+function perClassCheck(ctx) {
+  const m = ctx.doc('data/metrics.json');
+  if (!('per_class' in m)) {
+    if (namesCurrentSchema(ctx)) throw new bag.Failed('metrics.json names the metrics schema that always writes per_class, but has none.');
+    const [warned, how] = expectedClassWarnings(counts(ctx.table('audit')), m);
+    const found = warned.map((w) => `WARNING: ${w}`).join('; ') || 'no per-class warning called for';
+    return `recomputed; this bundle records no per-class results: ${found} (${how})`;
+  }
+  const raw = ctx.raw.get('data/metrics.json').get('per_class');
+  const details = [];
+  for (const pool of POOLS) {
+    const table = ctx.table(pool);
+    const c = counts(table);
+    const record = m.per_class[pool];
+    const expected = expectedRecord(c);
+    ctx.figures.perClass ||= {};
+    ctx.figures.perClass[pool] = expected;
+    if (record.support.length !== c.length) throw new bag.Failed(`per_class ${pool} has ${record.support.length} labels, the logits ${c.length}.`);
+    const diffs = [];
+    const found = raw.get(pool);
+    const keys = ['support', 'predicted', 'correct', 'recall', 'precision', 'confusion'];
+    for (const key of keys) {
+      const wrap = (v) => (v === null ? null : Array.isArray(v) ? v.map(wrap) : ['recall', 'precision'].includes(key) ? { rate: v } : { count: v });
+      compareCounts(found.get(key), wrap(expected[key]), `per_class.${pool}.${key}`, diffs);
+    }
+    if (diffs.length) throw new bag.Failed(`per-class results differ from the logits: ${diffs.slice(0, 3).join('; ')}.`);
+    const best = record.best_permutation;
+    const right = checkPermutation(c, best);
+    const n = expected.support.reduce((a, b) => a + b, 0);
+    if (Math.abs(best.accuracy - right / Math.max(n, 1)) > METRIC_TOL) throw new bag.Failed(`per_class ${pool} best_permutation.accuracy ${best.accuracy} is not ${right} / ${n}.`);
+    const rates = expected.recall.filter((r) => r !== null);
+    const low = rates.length ? Math.min(...rates) : null;
+    details.push(`${pool}: ${c.length} labels, lowest recall ${low === null ? 'n/a' : pct(low)}, best relabelling ${right} of ${n} right (recorded ${expected.correct.reduce((a, b) => a + b, 0)})`);
+  }
+  return `${details.join('; ')}; optimality certified`;
+}
+
+/** Python's format(x, '.2g') and format(x, '.6g'). */
+function pyGeneral(x, digits) {
+  if (x === 0 || !Number.isFinite(x)) return x === 0 ? '0' : String(x);
+  const exp = Number(x.toExponential(digits - 1).split('e')[1]);
+  if (exp < -4 || exp >= digits) {
+    const [m, e] = x.toExponential(digits - 1).split('e');
+    const n = parseInt(e, 10);
+    return `${m.includes('.') ? m.replace(/\.?0+$/, '') : m}e${n < 0 ? '-' : '+'}${String(Math.abs(n)).padStart(2, '0')}`;
+  }
+  const fixed = x.toFixed(Math.max(0, digits - 1 - exp));
+  return fixed.includes('.') ? fixed.replace(/\.?0+$/, '') : fixed;
+}
+
+/** Every leaf of `found` (parseRaw values) against `expected` (plain): the keys in `ints` must be
+ * equal JSON integers, other numbers within tol + tol |expected|, strings equal. */
+function compareWithin(found, expected, where, ints, out) {
+  if (expected && typeof expected === 'object') {
+    const keys = found instanceof Map ? [...found.keys()].sort() : null;
+    if (!keys || JSON.stringify(keys) !== JSON.stringify(Object.keys(expected).sort())) {
+      out.push(`${where}: keys ${keys ? JSON.stringify(keys) : 'not an object'}, expected ${JSON.stringify(Object.keys(expected).sort())}`);
+      return;
+    }
+    for (const key of Object.keys(expected)) compareWithin(found.get(key), expected[key], `${where}.${key}`, ints, out);
+    return;
+  }
+  const key = where.slice(where.lastIndexOf('.') + 1);
+  const shown = found instanceof Num ? found.token : JSON.stringify(found);
+  if (typeof expected === 'string') {
+    if (found !== expected) out.push(`${where}: bundle ${shown}, recomputed ${JSON.stringify(expected)}`);
+  } else if (ints.has(key)) {
+    if (!(found instanceof Num) || !found.integer || found.value !== expected) out.push(`${where}: bundle ${shown}, recomputed ${expected}`);
+  } else if (!(found instanceof Num) || !(Math.abs(found.value - expected) <= METRIC_TOL + METRIC_TOL * Math.abs(expected))) {
+    out.push(`${where}: bundle ${shown}, recomputed ${expected}`);
+  }
+}
+
+function boundsWords(b) {
+  const x = b.pools.audit.calibrated;
+  const g = (v) => pyGeneral(v, 2);
+  return `an equivalent reproduction can move audit calibrated NLL by ${g(x.nll)}, Brier by ${g(x.brier)}, ECE by ${g(x.ece)}, MCE by ${g(x.mce)}, accuracy by ${g(x.accuracy)} (${x.rows_that_could_flip} rows could flip, ${x.rows_near_bin_edge} near a bin edge); T stays in [${pyGeneral(b.temperature.t_low, 6)}, ${pyGeneral(b.temperature.t_high, 6)}]`;
+}
+
+function reproductionBounds(ctx) {
+  const m = ctx.doc('data/metrics.json');
+  const protocol = ctx.doc('data/protocol.json');
+  const section = protocol.reproduction;
+  const [tau, source] = section === undefined || section === null ? [DEFAULT_LOGIT_TOLERANCE, 'format default'] : [section.logit_tolerance, 'protocol'];
+  const expected = expectedBounds({
+    tau, source, beta: ctx.doc('data/temperature.json').beta, fit: protocol.fit,
+    tables: { calibration: ctx.table('calibration'), audit: ctx.table('audit') }, published: m.pools,
+  });
+  ctx.figures.bounds = expected;
+  if (!('reproduction_bounds' in m)) return `${boundsWords(expected)} (derived here; this bundle was written before reproduction_bounds)`;
+  const diffs = [];
+  compareWithin(ctx.raw.get('data/metrics.json').get('reproduction_bounds'), expected, 'reproduction_bounds', new Set(['rows_that_could_flip', 'rows_near_bin_edge']), diffs);
+  if (diffs.length) throw new bag.Failed(`metrics.json reproduction_bounds differ from the logits: ${diffs.slice(0, 3).join('; ')}.`);
+  return boundsWords(expected);
 }
 
 /** The format's default reproduction tolerance, and the most a reader of this page accepts
@@ -746,8 +874,8 @@ const TABLE = [
   ['metrics.{pool}.{which}', '{pool} {which} metrics recomputed', metricsCheck, { each: () => POOLS.flatMap((pool) => ['raw', 'calibrated'].map((which) => ({ pool, which }))) }],
   ['metrics.argmax', 'argmax unchanged by the temperature', argmaxCheck, {}],
   ['metrics.warnings', 'warnings are those the audit accuracy and temperature call for', warningsCheck, {}],
-  ['metrics.per-class', 'per-class results recomputed; best relabelling certified', null, {}],
-  ['metrics.reproduction-bounds', 'what an equivalent reproduction can move, derived from the logits', null, {}],
+  ['metrics.per-class', 'per-class results recomputed; best relabelling certified', perClassCheck, {}],
+  ['metrics.reproduction-bounds', 'what an equivalent reproduction can move, derived from the logits', reproductionBounds, {}],
   ['reproduction.tolerance', 'pre-registered logit tolerance within what the reader accepts', toleranceCheck, {}],
   // listed when metrics.json holds a truncation summary, or could not be read (the check then says why)
   ['metrics.truncation', "truncation summary restates the predictions' token counts", truncationCheck, { when: (c) => !c.docs.has('data/metrics.json') || has(c, 'data/metrics.json', 'truncation') }],

@@ -140,12 +140,13 @@ async function run(files, kind) {
         input = { kind, failure: e.message };
       }
     }
+    const readSeconds = (performance.now() - started) / 1000;
     const result = await verify(input, trust);
     const seconds = (performance.now() - started) / 1000;
     const name = kind === 'folder' ? String(files[0].webkitRelativePath || '').split('/')[0] : files[0].name;
     status.textContent = `${name || 'bundle'}: ${result.checks.length} checks in ${seconds.toFixed(2)} s`;
     show(result, { kind, files: (input.bag || { files: new Map() }).files });
-    window.verification = { verdict: result.verdict, checks: result.checks, figures: result.figures, seconds };
+    window.verification = { verdict: result.verdict, checks: result.checks, figures: result.figures, seconds, readSeconds };
   } catch (e) {
     const message = e instanceof Unreadable || e instanceof Error ? e.message : String(e);
     status.textContent = '';
