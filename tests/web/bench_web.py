@@ -1,16 +1,16 @@
-"""Time the browser verifier (web/dist/verify.html) in headless Debian chromium on a 50,000-row bundle,
-next to the Python verifier on the same archive, and print the page's size gzipped.
+"""Time the browser verifier (web/dist/verify.html) in headless Debian chromium on a 50,000-row bundle, next to
+the Python verifier on the same archive, and print the page's size gzipped.
 
     python -m tests.web.bench_web [--rows 50000] [--repeat 3] [--bootstrap] [--workdir DIR]
 
-The bundle is synthetic (tests/synthetic.py): the repository's protocol with an empty explore pool
-and the rows split evenly between the calibration and the audit pool, signed with a fresh key and
-archived by `bundle archive`. Without --bootstrap the protocol's bootstrap and stability sections (and the
-estimators' bootstrap intervals) are dropped: the page does not perform those checks, and the
-synthetic writer's bootstrap over 25,000 rows takes minutes. Prints, per run, the page's own time from the archive chosen to the verdict
-(`seconds`) and the time until the verdict was read back (`wall`). Not a test: timings depend on the
-machine. Needs chromium and web/node_modules (make web). With --workdir the bundle, its archive and its
-key are kept in DIR and reused by the next run with the same DIR (to time the page alone, again)."""
+The bundle is synthetic (tests/synthetic.py): the repository's protocol with an empty explore pool and the
+rows split evenly between the calibration and the audit pool, signed with a fresh key and archived by `bundle
+archive`. Without --bootstrap the protocol's bootstrap and stability sections (and the estimators' bootstrap
+intervals) are dropped: the page does not perform those checks, and the synthetic writer's bootstrap over
+25,000 rows takes minutes. Prints, per run, the page's own time from the archive chosen to the verdict
+(`seconds`) and the time until the verdict was read back (`wall`). Not a test: timings depend on the machine.
+Needs chromium and web/node_modules (make web). With --workdir the bundle, its archive and its key are kept in
+DIR and reused by the next run with the same DIR (to time the page alone, again)."""
 
 from __future__ import annotations
 
@@ -107,7 +107,8 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
         failed = [c["id"] for c in result["checks"] if c["status"] == "fail"]
         seconds.append(result["seconds"])
         print(f"{found['name']}: {result['verdict']}, {len(result['checks'])} checks ({len(failed)} failed), "
-              f"page {result['seconds']:.2f} s (reading the archive {result.get('readSeconds', 0):.2f} s), wall {found['wall']:.2f} s, requests {len(found['requests'])}")
+              f"page {result['seconds']:.2f} s (reading the archive {result.get('readSeconds', 0):.2f} s), "
+              f"wall {found['wall']:.2f} s, requests {len(found['requests'])}")
         slowest = sorted(result["checks"], key=lambda c: -c.get("ms", 0))[:4]
         print("  slowest checks: " + ", ".join(f"{c['id']} {c.get('ms', 0)} ms" for c in slowest))
     print(f"page median: {statistics.median(seconds):.2f} s over {len(seconds)} runs")

@@ -44,33 +44,60 @@ function logSoftmax(row, k, out) {
   return out;
 }
 
-/** [g(beta), eps(beta)] in one pass over the pool. */
+const extremes = new WeakMap();
+
+/** Each row's largest and smallest logit, and its label's (computed once per pool). */
+function rowExtremes(pool) {
+  if (!extremes.has(pool)) {
+    const { n, k, z, y } = pool;
+    const hi = new Float64Array(n);
+    const lo = new Float64Array(n);
+    const zy = new Float64Array(n);
+    for (let i = 0; i < n; i++) {
+      const off = i * k;
+      let h = -Infinity;
+      let l = Infinity;
+      for (let j = 0; j < k; j++) {
+        const v = z[off + j];
+        if (v > h) h = v;
+        if (v < l) l = v;
+      }
+      hi[i] = h;
+      lo[i] = l;
+      zy[i] = z[off + y[i]];
+    }
+    extremes.set(pool, { hi, lo, zy });
+  }
+  return extremes.get(pool);
+}
+
+/** [g(beta), eps(beta)] in one pass over the pool: p = softmax(beta z_i) by exp(beta z - max) / sum. */
 function gradientAndSlack(pool, beta, tau) {
-  const { n, k, z, y } = pool;
-  const s = new Float64Array(k);
-  const lp = new Float64Array(k);
+  const { n, k, z } = pool;
+  const { hi, lo, zy } = rowExtremes(pool);
+  const e = new Float64Array(k);
   const g = new Sum();
   const total = new Sum();
   const grow = Math.exp(beta * tau);
   for (let i = 0; i < n; i++) {
     const off = i * k;
-    let hi = -Infinity;
-    let lo = Infinity;
+    const top = beta * hi[i];
+    let sum = 0;
+    let weighted = 0;
     for (let j = 0; j < k; j++) {
-      s[j] = z[off + j] * beta;
-      if (z[off + j] > hi) hi = z[off + j];
-      if (z[off + j] < lo) lo = z[off + j];
+      const x = Math.exp(beta * z[off + j] - top);
+      e[j] = x;
+      sum += x;
+      weighted += x * z[off + j];
     }
-    logSoftmax(s, k, lp);
-    let mean = 0;
-    for (let j = 0; j < k; j++) mean += Math.exp(lp[j]) * z[off + j];
+    const mean = weighted / sum;
     let v = 0;
     for (let j = 0; j < k; j++) {
       const d = z[off + j] - mean;
-      v += Math.exp(lp[j]) * d * d;
+      v += e[j] * d * d;
     }
-    g.add(mean - z[off + y[i]]);
-    total.add(Math.min(grow * Math.sqrt(v), (hi - lo) / 2));
+    g.add(mean - zy[i]);
+    total.add(Math.min(grow * Math.sqrt(v / sum), (hi[i] - lo[i]) / 2));
   }
   return [g.value / n, tau * (2 + (beta * total.value) / n) + 1e-12];
 }
@@ -90,14 +117,13 @@ export function temperatureRange(cal, tau, beta, fit) {
   const bMin = 1 / fit.t_max;
   const bMax = 1 / fit.t_min;
   const width = (bMax - bMin) / 2 ** fit.steps;
-  const over = (b) => {
-    const [g, eps] = gradientAndSlack(cal, b, tau);
-    return g - eps > 0;
+  const seen = new Map();
+  const at = (b) => {
+    if (!seen.has(b)) seen.set(b, gradientAndSlack(cal, b, tau));
+    return seen.get(b);
   };
-  const under = (b) => {
-    const [g, eps] = gradientAndSlack(cal, b, tau);
-    return g + eps < 0;
-  };
+  const over = (b) => at(b)[0] - at(b)[1] > 0;
+  const under = (b) => at(b)[0] + at(b)[1] < 0;
   const high = !over(beta) && over(bMax) ? firstExcluded(over, beta, bMax) : bMax;
   const low = !under(beta) && under(bMin) ? firstExcluded(under, beta, bMin) : bMin;
   return [Math.max(bMin, low - width), Math.min(bMax, high + width)];
@@ -222,16 +248,8 @@ export function expectedBounds({ tau, source, beta, fit, tables, published }) {
   const pools = {};
   for (const pool of ['calibration', 'audit']) {
     const table = tables[pool];
-    const { k, z } = table;
-    const half = (i) => {
-      let hi = -Infinity;
-      let lo = Infinity;
-      for (let j = 0; j < k; j++) {
-        hi = Math.max(hi, z[i * k + j]);
-        lo = Math.min(lo, z[i * k + j]);
-      }
-      return (hi - lo) / 2;
-    };
+    const { hi, lo } = rowExtremes(table);
+    const half = (i) => (hi[i] - lo[i]) / 2;
     pools[pool] = {
       raw: figureBounds(table, 1, () => tau, tau, published[pool].raw.mce),
       calibrated: figureBounds(table, beta, (i) => high * tau + moved * half(i), tau, published[pool].calibrated.mce),

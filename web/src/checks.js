@@ -7,7 +7,7 @@
 import * as bag from './bag.js';
 import { applyCaps, dimensions } from './caps.js';
 import { sha256, sha256Sync } from './digest.js';
-import { isCanonical, parseRaw, plain, Num } from './json.js';
+import { canonicalDoc, isCanonical, parseRaw, plain, Num } from './json.js';
 import { bisect, firstArgmax, gradient, metricSet, meanNll } from './numerics.js';
 import { readPool } from './predictions.js';
 import { makeValidator, SchemaError } from './schema.js';
@@ -72,6 +72,13 @@ class Context {
   table(pool) {
     if (!this.tables.has(pool)) throw new Skip(`skipped: the ${pool} predictions were not read (predictions.${pool}.columns did not pass)`);
     return this.tables.get(pool);
+  }
+
+  /** The parseRaw result of a JSON record that passed its json check (numbers keep their tokens). */
+  rawOf(path) {
+    this.doc(path);
+    if (!this.raw.has(path)) this.raw.set(path, parseRaw(this.bag.files.get(path), path));
+    return this.raw.get(path);
   }
 
   need(value, what) {
@@ -245,18 +252,22 @@ function jsonFiles(ctx) {
 function jsonFile(ctx, { path, name }) {
   const data = ctx.bag.files.get(path);
   if (!data) throw new bag.Failed(`${path} is missing.`);
-  let raw;
-  try {
-    raw = parseRaw(data, path);
-  } catch (e) {
-    throw new bag.Failed(e.message);
-  }
   const canonical = path !== 'data/protocol.json';
-  if (canonical && !isCanonical(data, raw)) throw new bag.Failed(`${path} is valid JSON but not canonical (sorted keys, no spaces, floats as repr, one trailing newline); it was edited by hand.`);
-  const doc = plain(raw);
+  // A canonical record is read by the fast path; anything else by the strict parser, which says what is wrong.
+  let doc = canonical ? canonicalDoc(data) : null;
+  if (doc === null) {
+    let raw;
+    try {
+      raw = parseRaw(data, path);
+    } catch (e) {
+      throw new bag.Failed(e.message);
+    }
+    if (canonical && !isCanonical(data, raw)) throw new bag.Failed(`${path} is valid JSON but not canonical (sorted keys, no spaces, floats as repr, one trailing newline); it was edited by hand.`);
+    doc = plain(raw);
+    ctx.raw.set(path, raw);
+  }
   schemaCheck(doc, name, path);
   ctx.docs.set(path, doc);
-  ctx.raw.set(path, raw);
   return `${canonical ? 'canonical, ' : 'strict JSON, '}valid against ${schemaId(name)}`;
 }
 
@@ -465,7 +476,7 @@ function compare(found, expected, where, key, out) {
 
 function metricsCheck(ctx, { pool, which }) {
   ctx.doc('data/metrics.json');
-  const raw = ctx.raw.get('data/metrics.json');
+  const raw = ctx.rawOf('data/metrics.json');
   const t = ctx.doc('data/temperature.json');
   const threshold = ctx.doc('data/protocol.json').metrics.threshold.value;
   const table = ctx.table(pool);
@@ -662,7 +673,7 @@ function perClassCheck(ctx) {
     const found = warned.map((w) => `WARNING: ${w}`).join('; ') || 'no per-class warning called for';
     return `recomputed; this bundle records no per-class results: ${found} (${how})`;
   }
-  const raw = ctx.raw.get('data/metrics.json').get('per_class');
+  const raw = ctx.rawOf('data/metrics.json').get('per_class');
   const details = [];
   for (const pool of POOLS) {
     const table = ctx.table(pool);
@@ -745,7 +756,7 @@ function reproductionBounds(ctx) {
   ctx.figures.bounds = expected;
   if (!('reproduction_bounds' in m)) return `${boundsWords(expected)} (derived here; this bundle was written before reproduction_bounds)`;
   const diffs = [];
-  compareWithin(ctx.raw.get('data/metrics.json').get('reproduction_bounds'), expected, 'reproduction_bounds', new Set(['rows_that_could_flip', 'rows_near_bin_edge']), diffs);
+  compareWithin(ctx.rawOf('data/metrics.json').get('reproduction_bounds'), expected, 'reproduction_bounds', new Set(['rows_that_could_flip', 'rows_near_bin_edge']), diffs);
   if (diffs.length) throw new bag.Failed(`metrics.json reproduction_bounds differ from the logits: ${diffs.slice(0, 3).join('; ')}.`);
   return boundsWords(expected);
 }
@@ -763,7 +774,7 @@ function toleranceCheck(ctx) {
 
 function truncationCheck(ctx) {
   const m = ctx.doc('data/metrics.json');
-  const raw = ctx.raw.get('data/metrics.json').get('truncation');
+  const raw = ctx.rawOf('data/metrics.json').get('truncation');
   const maxLength = ctx.doc('data/protocol.json').inference.max_length;
   const details = [];
   for (const pool of POOLS) {

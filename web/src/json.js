@@ -260,3 +260,90 @@ export function isCanonical(bytes, raw) {
   for (let k = 0; k < want.length; k++) if (want[k] !== bytes[k]) return false;
   return true;
 }
+
+const NUMBER = /-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?/y;
+
+/**
+ * The plain value of `bytes` when they are exactly the canonical text of a document, else null.
+ * The fast path for large records: the browser's JSON.parse reads the document, and a walk in
+ * canonical order (sorted keys, Python's floats, integers as written) matches every token against
+ * the text. A match to the last byte means the text is canonical and holds no duplicate key (the
+ * walk would be short of the text), so the result is what parseRaw and plain give. On null the
+ * caller takes the strict parser, which says what is wrong.
+ */
+export function canonicalDoc(bytes) {
+  if (bytes.length < 2 || bytes[bytes.length - 1] !== 0x0a || (bytes[0] === 0xef && bytes[1] === 0xbb)) return null;
+  let text;
+  let value;
+  try {
+    text = utf8(bytes, '');
+    value = JSON.parse(text);
+  } catch {
+    return null;
+  }
+  let i = 0;
+  const mismatch = {};
+  const walk = (v, depth) => {
+    if (typeof v === 'string') {
+      if (NEEDS_ESCAPE.test(v)) {
+        const s = pyString(v);
+        if (!text.startsWith(s, i)) throw mismatch;
+        i += s.length;
+      } else {
+        if (text.charCodeAt(i) !== 0x22 || !text.startsWith(v, i + 1) || text.charCodeAt(i + 1 + v.length) !== 0x22) throw mismatch;
+        i += v.length + 2;
+      }
+      return v;
+    }
+    if (typeof v === 'number') {
+      NUMBER.lastIndex = i;
+      const m = NUMBER.exec(text);
+      if (!m) throw mismatch;
+      const token = m[0];
+      const integer = !/[.eE]/.test(token);
+      if (integer ? token === '-0' : !Number.isFinite(v) || token !== pyFloat(v)) throw mismatch;
+      i += token.length;
+      return v;
+    }
+    if (v === null || typeof v === 'boolean') {
+      const s = v === null ? 'null' : v ? 'true' : 'false';
+      if (!text.startsWith(s, i)) throw mismatch;
+      i += s.length;
+      return v;
+    }
+    if (depth >= MAX_DEPTH) throw mismatch;
+    if (Array.isArray(v)) {
+      if (text[i++] !== '[') throw mismatch;
+      const out = new Array(v.length);
+      for (let k = 0; k < v.length; k++) {
+        if (k && text[i++] !== ',') throw mismatch;
+        out[k] = walk(v[k], depth + 1);
+      }
+      if (text[i++] !== ']') throw mismatch;
+      return out;
+    }
+    if (text[i++] !== '{') throw mismatch;
+    const out = Object.create(null);
+    const keys = Object.keys(v);
+    // JSON.parse keeps the text's order (but for integer-like keys): a canonical text's is already sorted.
+    let sorted = true;
+    for (let k = 1; k < keys.length && sorted; k++) sorted = keys[k - 1] < keys[k];
+    if (!sorted || keys.some((key) => SURROGATE.test(key))) keys.sort(byCodePoint);
+    for (let k = 0; k < keys.length; k++) {
+      if (k && text[i++] !== ',') throw mismatch;
+      const key = pyString(keys[k]);
+      if (!text.startsWith(key, i) || text[i + key.length] !== ':') throw mismatch;
+      i += key.length + 1;
+      out[keys[k]] = walk(v[keys[k]], depth + 1);
+    }
+    if (text[i++] !== '}') throw mismatch;
+    return out;
+  };
+  try {
+    const doc = walk(value, 0);
+    return i === text.length - 1 ? doc : null;
+  } catch (e) {
+    if (e === mismatch) return null;
+    throw e;
+  }
+}

@@ -57,16 +57,34 @@ export function meanNll(pool, beta) {
 }
 
 /** g(beta) = d/dbeta mean NLL = mean_i (E_p[z_i] - z_i,y). */
+const gradients = new WeakMap();
+
 export function gradient(pool, beta) {
+  // The trajectory's check and the refit evaluate g at the same betas: each is computed once.
+  if (!gradients.has(pool)) gradients.set(pool, new Map());
+  const seen = gradients.get(pool);
+  if (!seen.has(beta)) seen.set(beta, gradientAt(pool, beta));
+  return seen.get(beta);
+}
+
+/** g(beta) in one pass: p = softmax(beta z_i) by exp(beta z - max) / sum (beta > 0). */
+function gradientAt(pool, beta) {
   const { n, k, z, y } = pool;
-  const lp = new Float64Array(k);
+  const e = new Float64Array(k);
   const total = new Sum();
   for (let i = 0; i < n; i++) {
     const off = i * k;
-    logProbs(z, off, k, beta, lp);
-    let expect = 0;
-    for (let j = 0; j < k; j++) expect += Math.exp(lp[j]) * z[off + j];
-    total.add(expect - z[off + y[i]]);
+    let hi = -Infinity;
+    for (let j = 0; j < k; j++) if (z[off + j] > hi) hi = z[off + j];
+    const top = beta * hi;
+    let sum = 0;
+    let weighted = 0;
+    for (let j = 0; j < k; j++) {
+      const x = Math.exp(beta * z[off + j] - top);
+      sum += x;
+      weighted += x * z[off + j];
+    }
+    total.add(weighted / sum - z[off + y[i]]);
   }
   return total.value / n;
 }
