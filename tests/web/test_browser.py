@@ -51,8 +51,9 @@ SHOTS = REPO / "out"
 FIGURE_TOL = 1e-12
 BROWSER_BLIND = {"symlink-in-data"}
 """Tamper classes a browser cannot see in a chosen folder: it follows a symbolic link and hands the
-page the target's bytes (web/README.md, "What a browser cannot see"). Their archive forms hold no
-links: `bundle archive` refuses them, and the page refuses a link member (hostile archives)."""
+page the target's bytes (web/README.md, "What a browser cannot see"); the page then says VERIFIED of
+no folder (test_a_folder_with_a_symbolic_link_is_never_verified_on_the_page). Their archive forms hold
+no links: `bundle archive` refuses them, and the page refuses a link member (hostile archives)."""
 
 
 def _missing() -> str | None:
@@ -381,6 +382,25 @@ def _tampered(src: Path, keys: Keys, tmp: Path, table: dict[str, tuple[Callable[
         tamper(bag, keys)
         cases.append(Case(f"{prefix}:{name}", bag, key=keys.real))
     return cases
+
+
+def test_a_folder_with_a_symbolic_link_is_never_verified_on_the_page(browser_ready: None, tmp_path: Path,
+                                                                      keys: Keys, synthetic: Path) -> None:
+    """The browser hands the page a link's target, so the page cannot fail bag.layout as Python does;
+    it says so, and says VERIFIED of no folder, this one or an untouched one."""
+    linked = copy_bag(synthetic, tmp_path / "linked" / "bag")
+    TAMPERS["symlink-in-data"][0](linked, keys)
+    assert (linked / layout.ENVIRONMENT_JSON).is_symlink()
+    cases = [Case("linked", linked, key=keys.real), Case("untouched", synthetic, key=keys.real)]
+    pages = run_page(cases, tmp_path)
+    python = run_python(cases[0])
+    assert not isinstance(python, str) and python.exit_code != 0
+    for c in cases:
+        result = pages[c.name]["result"]
+        assert result["verdict"] == "verified-here", (c.name, result["verdict"])
+        assert "never VERIFIED here" in result["message"] and "symbolic link" in result["message"]
+        layout_check = next(check for check in result["checks"] if check["id"] == "bag.layout")
+        assert "not visible to a browser" in layout_check["detail"]
 
 
 @pytest.mark.slow

@@ -38,7 +38,7 @@ function logSoftmax(row, k, out) {
   let top = -Infinity;
   for (let j = 0; j < k; j++) if (row[j] > top) top = row[j];
   let e = 0;
-  for (let j = 0; j < k; j++) e += Math.exp(row[j] - top);
+  for (let j = 0; j < k; j++) e += row[j] === top ? 1 : Math.exp(row[j] - top); // exp(0) is 1 exactly
   const lse = top + Math.log(e);
   for (let j = 0; j < k; j++) out[j] = row[j] - lse;
   return out;
@@ -85,7 +85,8 @@ function gradientAndSlack(pool, beta, tau) {
     let sum = 0;
     let weighted = 0;
     for (let j = 0; j < k; j++) {
-      const x = Math.exp(beta * z[off + j] - top);
+      const d = beta * z[off + j] - top;
+      const x = d === 0 ? 1 : Math.exp(d); // exp(0) is 1 exactly: half the exps of two classes
       e[j] = x;
       sum += x;
       weighted += x * z[off + j];

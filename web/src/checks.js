@@ -29,6 +29,9 @@ export const PARTIAL = {
   'intact-signer-unknown': 'INTEGRITY HOLDS AS FAR AS THIS PAGE CHECKS, SIGNER NOT ESTABLISHED: every check this page performs passed, but no trusted key was given; paste the signer\'s public key or open the page with #fingerprint=HEX.',
 };
 
+/** Why a bag folder is checked only as far as a browser lets the page see it. */
+export const FOLDER_LINKS = 'A browser gives this page the bytes a symbolic link in a chosen or dropped folder points to, never the link itself, so the page cannot refuse a bag that links to files outside it as the Python verifier does (bag.layout); a folder is never VERIFIED here: check the bundle\'s archive (bundle archive), which holds no links, or run the Python verifier on the folder.';
+
 const POOLS = ['calibration', 'audit'];
 const METRIC_TOL = 1e-9;
 const REFIT_REL_TOL = 1e-6;
@@ -100,7 +103,8 @@ function archiveSafe(ctx) {
 
 function layoutCheck(ctx) {
   if (!ctx.bag) throw new bag.Failed(ctx.input.failure || 'the bag could not be read.');
-  return bag.layout(ctx.bag, ctx.notes);
+  const detail = bag.layout(ctx.bag, ctx.notes);
+  return ctx.input.kind === 'folder' ? `${detail}; symbolic links in a folder are not visible to a browser (not checked here)` : detail;
 }
 
 async function manifestSha256(ctx) {
@@ -303,6 +307,128 @@ async function protocolHash(ctx) {
   const wrong = named.filter(([, v]) => v !== sha).map(([where]) => where);
   if (wrong.length) throw new bag.Failed(`data/protocol.json hashes to ${sha.slice(0, 16)}…, but ${wrong.slice(0, 5).join(', ')} name${wrong.length === 1 ? 's' : ''} another protocol.`);
   return `${named.length} records name the protocol in the bag (sha256 ${sha.slice(0, 16)}…)`;
+}
+
+const STAGE_ORDER = ['split', 'calibration-inference', 'fit', 'audit-inference', 'metrics'];
+
+/** A time as Python's datetime.fromisoformat reads the schema's UTC form: microseconds since 1970
+ * (digits past the sixth dropped), or Failed for a date or time that does not exist. */
+function utcMicros(value, where) {
+  const m = /^([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{1,9}))?(Z|\+00:00)$/.exec(value);
+  const [year, month, day, hour, minute, second] = m ? m.slice(1, 7).map(Number) : [];
+  const days = m ? new Date(Date.UTC(2000, month, 0)).getUTCDate() + (month === 2 && !(year % 4 === 0 && (year % 100 !== 0 || year % 400 === 0)) ? -1 : 0) : 0;
+  if (!m || year < 1 || month < 1 || month > 12 || day < 1 || day > days || hour > 23 || minute > 59 || second > 59) {
+    throw new bag.Failed(`${where} is '${String(value).slice(0, 40)}', not an ISO 8601 time.`);
+  }
+  const date = new Date(0);
+  date.setUTCFullYear(year, month - 1, day);
+  date.setUTCHours(hour, minute, second, 0);
+  return date.getTime() * 1000 + Number((m[7] || '').padEnd(6, '0').slice(0, 6));
+}
+
+/** The environment's stage times: each ends after it starts; the five stages timed in order, one after the other. */
+function stageTimes(times) {
+  let previous = null;
+  const order = [];
+  times.forEach((record, i) => {
+    const name = String(record.stage);
+    const start = utcMicros(record.start, `environment.json stage_times[${i}] start`);
+    const end = utcMicros(record.end, `environment.json stage_times[${i}] end`);
+    if (end < start) throw new bag.Failed(`environment.json says stage '${name}' ended before it started.`);
+    if (!STAGE_ORDER.includes(name)) return;
+    if (previous && start < previous[1]) throw new bag.Failed(`environment.json says stage '${name}' started before stage '${previous[0]}' ended; the job runs them one after the other.`);
+    previous = [name, end];
+    order.push(name);
+  });
+  const expected = STAGE_ORDER.filter((n) => order.includes(n));
+  if (JSON.stringify(order) !== JSON.stringify(expected)) throw new bag.Failed(`environment.json times the stages in the order ${JSON.stringify(order)}, expected ${JSON.stringify(STAGE_ORDER)}.`);
+  return `${order.length} stage times in order`;
+}
+
+/** A path a record lists: relative, in normal form, no control characters or '%'. */
+function safeBagPath(path, where) {
+  if (!path || path.startsWith('/') || path.includes('\\') || path.split('/').some((part) => part === '' || part === '.' || part === '..')) {
+    throw new bag.Failed(`${where} lists the path '${path}', which is absolute, empty or escapes the bag (., .., //, backslash); the manifest has been tampered with.`);
+  }
+  if (/[\x00-\x1f\x7f%]/.test(path)) throw new bag.Failed(`${where} lists the path '${path}', which holds a control character or '%'; the format never writes such names.`);
+}
+
+/** The five stages in order; what a stage consumed was produced before; recorded hashes equal the files. */
+async function stagesRecords(ctx) {
+  const { stages } = ctx.doc('data/stages.json');
+  const names = stages.map((st) => st.name);
+  if (JSON.stringify(names) !== JSON.stringify(STAGE_ORDER)) throw new bag.Failed(`stages.json lists ${JSON.stringify(names)}, expected ${JSON.stringify(STAGE_ORDER)} in that order.`);
+  const producer = new Map();
+  stages.forEach((st, i) => Object.values(st.produced).forEach((d) => { if (!producer.has(d)) producer.set(d, i); }));
+  stages.forEach((st, i) => {
+    for (const [path, digest] of Object.entries(st.consumed)) {
+      if (producer.has(digest) && producer.get(digest) >= i) throw new bag.Failed(`stage '${st.name}' consumed ${path} ${digest.slice(0, 16)}…, which stage '${stages[producer.get(digest)].name}' produced only later.`);
+    }
+  });
+  const environment = ctx.docs.get('data/environment.json');
+  const times = environment ? stageTimes(environment.stage_times) : 'no stage times';
+  let checked = 0;
+  for (const st of stages) {
+    for (const role of ['consumed', 'produced']) {
+      for (const [path, digest] of Object.entries(st[role])) {
+        safeBagPath(path, `stages.json ${st.name} ${role}`);
+        if (path === 'stages.json') throw new bag.Failed(`stage '${st.name}' lists stages.json, which cannot hash itself.`);
+        if (!ctx.bag.files.has(`data/${path}`)) continue;
+        const actual = await ctx.sha(`data/${path}`);
+        if (actual !== digest) throw new bag.Failed(`stage '${st.name}' ${role} ${path} with sha256 ${digest.slice(0, 16)}…, the file in the bag hashes to ${actual.slice(0, 16)}….`);
+        checked++;
+      }
+    }
+  }
+  return `${names.length} stages in order; ${checked} recorded hashes equal the files; ${times}`;
+}
+
+/** The run's torch threads against the protocol's bound (environment.json `threads`). */
+function threadsCheck(ctx) {
+  const environment = ctx.doc('data/environment.json');
+  const bound = ctx.doc('data/protocol.json').inference.torch_threads;
+  const t = environment.threads;
+  const torch = environment.torch || {};
+  const reported = Object.prototype.hasOwnProperty.call(torch, 'num_threads') ? torch.num_threads : null;
+  if (t.protocol_bound !== bound) throw new bag.Failed(`environment.json says the protocol allowed ${t.protocol_bound} torch threads, but protocol.json's torch_threads is ${bound}.`);
+  if (!(t.used >= 1 && t.used <= bound)) throw new bag.Failed(`environment.json says the run used ${t.used} torch threads, outside the protocol's 1..${bound}.`);
+  if (reported !== t.used) throw new bag.Failed(`environment.json says the run chose ${t.used} torch threads, but torch reported ${reported}.`);
+  if (t.chosen_by === 'physical cores') {
+    const fallback = t.cpu_quota || t.physical_cores; // Python's `or`: a quota of 0 or null means none
+    const expected = Math.min(bound, t.physical_cores, fallback);
+    if (t.used !== expected) throw new bag.Failed(`environment.json says the run used ${t.used} torch threads for ${t.physical_cores} physical cores (quota ${t.cpu_quota}) under a bound of ${bound}; that rule gives ${expected}.`);
+  }
+  return `${t.used} of at most ${bound} torch threads (${t.chosen_by})`;
+}
+
+/** Audit inference consumed the fit's temperature; nothing touched the audit pool before it. */
+async function auditAfterFit(ctx) {
+  const stages = ctx.doc('data/stages.json').stages;
+  const [temperature, audit, calibration] = await Promise.all(['data/temperature.json', 'data/predictions/audit.parquet', 'data/predictions/calibration.parquet'].map((p) => ctx.sha(p)));
+  const fitAt = stages.findIndex((s) => s.name === 'fit');
+  const auditAt = stages.findIndex((s) => s.name === 'audit-inference');
+  if (fitAt < 0 || auditAt < 0) throw new bag.Failed('stages.json lacks the fit or the audit-inference stage.');
+  // the last stage of each name, as a mapping by name keeps it
+  const last = (name) => stages.reduce((found, s, i) => (s.name === name ? i : found), -1);
+  const [fitI, auditI] = [last('fit'), last('audit-inference')];
+  const [fit, auditStage] = [stages[fitI], stages[auditI]];
+  const own = (o, key) => (Object.prototype.hasOwnProperty.call(o, key) ? o[key] : undefined);
+  if (own(fit.produced, 'temperature.json') !== temperature) throw new bag.Failed(`the fit stage does not record producing temperature.json with sha256 ${temperature.slice(0, 16)}….`);
+  if (own(fit.consumed, 'predictions/calibration.parquet') !== calibration) throw new bag.Failed('the fit stage does not record consuming predictions/calibration.parquet as it is in the bag.');
+  const named = own(auditStage.consumed, 'temperature.json');
+  if (named !== temperature) throw new bag.Failed(`the audit-inference stage consumed temperature.json ${String(named === undefined ? 'None' : named).slice(0, 16)}…, but the frozen temperature in the bag hashes to ${temperature.slice(0, 16)}…; the audit did not run on this temperature.`);
+  if (own(auditStage.produced, 'predictions/audit.parquet') !== audit) throw new bag.Failed('the audit-inference stage does not record producing predictions/audit.parquet as it is in the bag.');
+  if (auditI < fitI) throw new bag.Failed('the audit-inference stage ran before the fit stage.');
+  stages.forEach((stage, i) => {
+    for (const role of ['consumed', 'produced']) {
+      for (const [path, digest] of Object.entries(stage[role])) {
+        if (i < auditI && path === 'predictions/audit.parquet') throw new bag.Failed(`stage '${stage.name}', before audit-inference, ${role} predictions/audit.parquet.`);
+        if (i < auditI && digest === audit) throw new bag.Failed(`stage '${stage.name}', before audit-inference, ${role} the audit predictions ${audit.slice(0, 16)}… under the name ${path}.`);
+        if (i >= auditI && digest === audit && path !== 'predictions/audit.parquet') throw new bag.Failed(`stage '${stage.name}' ${role} the audit predictions ${audit.slice(0, 16)}… under another name, ${path}.`);
+      }
+    }
+  });
+  return `fit produced temperature.json ${temperature.slice(0, 12)}…, audit-inference consumed the same file and ran after it; nothing touched the audit pool before`;
 }
 
 function splitKeys(ctx) {
@@ -653,7 +779,7 @@ function compareCounts(found, expected, where, out) {
   const shown = found instanceof Num ? found.token : JSON.stringify(found);
   if (expected === null) {
     if (found !== null) out.push(`${where}: bundle ${shown}, recomputed None`);
-  } else if (expected.rate) {
+  } else if ('rate' in expected) {
     if (!(found instanceof Num) || !(Math.abs(found.value - expected.rate) <= METRIC_TOL)) out.push(`${where}: bundle ${shown}, recomputed ${expected.rate}`);
   } else if (!(found instanceof Num) || !found.integer || found.value !== expected.count) out.push(`${where}: bundle ${shown}, recomputed ${expected.count}`);
 }
@@ -667,6 +793,7 @@ function namesCurrentSchema(ctx) {
 
 function perClassCheck(ctx) {
   const m = ctx.doc('data/metrics.json');
+  ctx.figures.perClass = Object.fromEntries(POOLS.map((pool) => [pool, expectedRecord(counts(ctx.table(pool)))]));
   if (!('per_class' in m)) {
     if (namesCurrentSchema(ctx)) throw new bag.Failed('metrics.json names the metrics schema that always writes per_class, but has none.');
     const [warned, how] = expectedClassWarnings(counts(ctx.table('audit')), m);
@@ -679,9 +806,7 @@ function perClassCheck(ctx) {
     const table = ctx.table(pool);
     const c = counts(table);
     const record = m.per_class[pool];
-    const expected = expectedRecord(c);
-    ctx.figures.perClass ||= {};
-    ctx.figures.perClass[pool] = expected;
+    const expected = ctx.figures.perClass[pool];
     if (record.support.length !== c.length) throw new bag.Failed(`per_class ${pool} has ${record.support.length} labels, the logits ${c.length}.`);
     const diffs = [];
     const found = raw.get(pool);
@@ -865,9 +990,9 @@ const TABLE = [
   ['protocol.bounds', "protocol's sizes within the verifier's bounds", protocolBounds, {}],
   ['protocol.hash', 'every record names the protocol in the bag', protocolHash, {}],
   ['resources.pins', "resources agree with the protocol's pins and the profile", null, {}],
-  ['stages.records', 'stage records hash the files in the bag', null, {}],
-  ['stages.audit-after-fit', 'audit inference consumed the frozen temperature', null, {}],
-  ['environment.threads', "torch threads within the protocol's bound", null, { when: (c) => has(c, 'data/environment.json', 'threads') }],
+  ['stages.records', 'stage records hash the files in the bag', stagesRecords, {}],
+  ['stages.audit-after-fit', 'audit inference consumed the frozen temperature', auditAfterFit, {}],
+  ['environment.threads', "torch threads within the protocol's bound", threadsCheck, { when: (c) => has(c, 'data/environment.json', 'threads') }],
   ['environment.forward', 'the recorded forward and its check agree', null, { when: (c) => has(c, 'data/environment.json', 'forward_choice') }],
   ['pools.split-keys', 'split keys are sha256(prefix + idx)', splitKeys, {}],
   ['pools.assignment', 'pools re-derived by the split rule; sizes; disjoint', assignment, {}],
@@ -963,9 +1088,11 @@ export async function verify(given, trust) {
   let verdict = 'failed';
   if (!failed && !skipped.length) verdict = 'verified';
   else if (!failed && skipped.length === 1 && skipped[0] === 'signature.signer-trusted') verdict = 'intact-signer-unknown';
-  const partial = verdict !== 'failed' && checks.some((c) => c.status === 'not-checked');
+  // A folder is never VERIFIED here: the browser hides its symbolic links from the page (FOLDER_LINKS).
+  const partial = verdict !== 'failed' && (checks.some((c) => c.status === 'not-checked') || input.kind === 'folder');
+  const message = partial ? `${PARTIAL[verdict]}${input.kind === 'folder' ? ` ${FOLDER_LINKS}` : ''}` : VERDICTS[verdict];
   return {
-    checks, verdict: partial ? `${verdict}-here` : verdict, message: partial ? PARTIAL[verdict] : VERDICTS[verdict], notes: ctx.notes, figures: ctx.figures,
+    checks, verdict: partial ? `${verdict}-here` : verdict, message, notes: ctx.notes, figures: ctx.figures,
     documents: Object.fromEntries(ctx.docs), tables: ctx.tables, statement: ctx.statement || null,
     signer: ctx.signer ? ctx.signer.fingerprint : null,
   };

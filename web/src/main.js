@@ -103,7 +103,6 @@ function show(result, source) {
     out.append(el('ul', {}, ...result.notes.map((n) => el('li', {}, n))));
   }
   if (result.verdict === 'failed') return;
-  if (source.kind === 'folder') out.append(el('p', { class: 'open' }, 'A browser follows symbolic links in a chosen folder and cannot show them to this page; the archive is the form it checks completely.'));
   const m = result.figures.metrics || {};
   if (m['audit.raw'] && m['audit.calibrated']) {
     out.append(el('h2', {}, 'Reliability of the audit pool, drawn from the verified logits'));
@@ -146,7 +145,7 @@ async function run(files, kind) {
     const name = kind === 'folder' ? String(files[0].webkitRelativePath || '').split('/')[0] : files[0].name;
     status.textContent = `${name || 'bundle'}: ${result.checks.length} checks in ${seconds.toFixed(2)} s`;
     show(result, { kind, files: (input.bag || { files: new Map() }).files });
-    window.verification = { verdict: result.verdict, checks: result.checks, figures: result.figures, seconds, readSeconds };
+    window.verification = { verdict: result.verdict, message: result.message, checks: result.checks, figures: result.figures, seconds, readSeconds };
   } catch (e) {
     const message = e instanceof Unreadable || e instanceof Error ? e.message : String(e);
     status.textContent = '';

@@ -34,7 +34,7 @@ function logProbs(z, off, k, beta, out) {
     if (out[j] > top) top = out[j];
   }
   let e = 0;
-  for (let j = 0; j < k; j++) e += Math.exp(out[j] - top);
+  for (let j = 0; j < k; j++) e += out[j] === top ? 1 : Math.exp(out[j] - top); // exp(0) is 1 exactly
   const lse = top + Math.log(e);
   for (let j = 0; j < k; j++) out[j] -= lse;
   return out;
@@ -56,9 +56,9 @@ export function meanNll(pool, beta) {
   return total.value / n;
 }
 
-/** g(beta) = d/dbeta mean NLL = mean_i (E_p[z_i] - z_i,y). */
 const gradients = new WeakMap();
 
+/** g(beta) = d/dbeta mean NLL = mean_i (E_p[z_i] - z_i,y). */
 export function gradient(pool, beta) {
   // The trajectory's check and the refit evaluate g at the same betas: each is computed once.
   if (!gradients.has(pool)) gradients.set(pool, new Map());
@@ -80,7 +80,8 @@ function gradientAt(pool, beta) {
     let sum = 0;
     let weighted = 0;
     for (let j = 0; j < k; j++) {
-      const x = Math.exp(beta * z[off + j] - top);
+      const d = beta * z[off + j] - top;
+      const x = d === 0 ? 1 : Math.exp(d); // exp(0) is 1 exactly: half the exps of two classes
       sum += x;
       weighted += x * z[off + j];
     }
