@@ -110,8 +110,11 @@ async function compare(bag, entries, expected, name, algorithm) {
   if (absent.length) throw new Failed(`${name} lists ${JSON.stringify(absent.slice(0, 5))}, which are not files in the bag.`);
   const missing = [...expected].filter((p) => !entries.has(p)).sort();
   if (missing.length) throw new Failed(`${name} does not list ${JSON.stringify(missing.slice(0, 5))}, which are in the bag.`);
-  for (const path of [...entries.keys()].sort()) {
-    const found = await sha(algorithm, bag.files.get(path));
+  // All digests at once: WebCrypto computes them off the page's thread, in parallel where it can.
+  const paths = [...entries.keys()].sort();
+  const digests = await Promise.all(paths.map((path) => sha(algorithm, bag.files.get(path))));
+  for (const [k, path] of paths.entries()) {
+    const found = digests[k];
     if (found !== entries.get(path)) {
       throw new Failed(`${algorithm} mismatch for ${q(path)}: ${name} says ${entries.get(path).slice(0, 16)}…, the file hashes to ${found.slice(0, 16)}…; the file or the manifest was changed.`);
     }

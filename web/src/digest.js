@@ -26,6 +26,7 @@ const K = new Uint32Array([
   0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
 ]);
 const W = new Int32Array(64);
+const SHORT = new Uint8Array(128);
 
 const HEX = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, '0'));
 
@@ -33,7 +34,8 @@ const HEX = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, '0'
 export function sha256Sync(bytes) {
   const len = bytes.length;
   const blocks = Math.ceil((len + 9) / 64);
-  const msg = new Uint8Array(blocks * 64);
+  // A short message (a split key's prefix + idx) is padded in one reused buffer: no allocation per key.
+  const msg = blocks <= 2 ? SHORT.subarray(0, blocks * 64).fill(0) : new Uint8Array(blocks * 64);
   msg.set(bytes);
   msg[len] = 0x80;
   const bits = len * 8;
