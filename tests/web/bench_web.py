@@ -8,15 +8,18 @@ rows split evenly between the calibration and the audit pool, signed with a fres
 archive`. Without --bootstrap the protocol's bootstrap and stability sections (and the estimators' bootstrap
 intervals) are dropped: the page does not perform those checks, and the synthetic writer's bootstrap over
 25,000 rows takes minutes. Prints, per run, the page's own time from the archive chosen to the verdict
-(`seconds`) and the time until the verdict was read back (`wall`). Not a test: timings depend on the machine.
-Needs chromium and web/node_modules (make web). With --workdir the bundle, its archive and its key are kept in
-DIR and reused by the next run with the same DIR (to time the page alone, again)."""
+(`seconds`), the time until the verdict was read back (`wall`) and the renderer's CPU time over it (all its
+threads, and its main thread), which a loaded machine inflates far less than the wall time. Not a test:
+timings depend on the machine. Needs chromium and web/node_modules (make web). With --workdir the bundle, its
+archive and its key are kept in DIR and reused by the next run with the same DIR (to time the page alone,
+again)."""
 
 from __future__ import annotations
 
 import argparse
 import gzip
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -95,7 +98,7 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
     (tmp / "job.json").write_text(json.dumps(job))
     drive = REPO / "web" / "test" / "drive.mjs"
     subprocess.run(["node", str(drive), str(tmp / "job.json"), str(tmp / "out.jsonl")], check=True, timeout=1800)
-    seconds = []
+    seconds, cpu = [], []
     for line in (tmp / "out.jsonl").read_text().splitlines():
         found = json.loads(line)
         if found["name"] == "__control__":
@@ -108,10 +111,13 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
         seconds.append(result["seconds"])
         print(f"{found['name']}: {result['verdict']}, {len(result['checks'])} checks ({len(failed)} failed), "
               f"page {result['seconds']:.2f} s (reading the archive {result.get('readSeconds', 0):.2f} s), "
-              f"wall {found['wall']:.2f} s, requests {len(found['requests'])}")
+              f"wall {found['wall']:.2f} s, renderer CPU {found['cpuSeconds']['process']:.2f} s "
+              f"(main thread {found['cpuSeconds']['thread']:.2f} s), requests {len(found['requests'])}")
+        cpu.append(found["cpuSeconds"]["process"])
         slowest = sorted(result["checks"], key=lambda c: -c.get("ms", 0))[:4]
         print("  slowest checks: " + ", ".join(f"{c['id']} {c.get('ms', 0)} ms" for c in slowest))
-    print(f"page median: {statistics.median(seconds):.2f} s over {len(seconds)} runs")
+    print(f"page median: {statistics.median(seconds):.2f} s, renderer CPU median {statistics.median(cpu):.2f} s, "
+          f"over {len(seconds)} runs; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     return 0
 
 

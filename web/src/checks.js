@@ -13,6 +13,7 @@ import { readPool } from './predictions.js';
 import { makeValidator, SchemaError } from './schema.js';
 import { parseEnvelope, parseStatement, readPublicKey, signatureBy } from './signature.js';
 import { expectedBounds } from './bounds.js';
+import { checkReport } from './report.js';
 import { counts, expectedClassWarnings, expectedRecord, checkPermutation, pct } from './perclass.js';
 import SCHEMAS, { SCHEMA_SHA256 } from './schemas.generated.js';
 
@@ -921,6 +922,35 @@ function truncationCheck(ctx) {
   return `${details.join('; ')}, at max_length ${maxLength}`;
 }
 
+/** pools.json's `sizes` as a parseRaw tree ({sizes: Map}), without parsing its per-row entries
+ * again: in the canonical text `sizes` is the last key, so the text ends with `"sizes":{...}}`. */
+function poolSizes(ctx) {
+  const doc = ctx.doc('data/pools.json');
+  if (!ctx.raw.has('data/pools.json')) {
+    const text = new TextDecoder().decode(ctx.bag.files.get('data/pools.json'));
+    const at = text.lastIndexOf('"sizes":{');
+    try {
+      const sizes = parseRaw(text.slice(at + 8, text.length - 2), 'data/pools.json sizes');
+      if (at >= 0 && text.endsWith('}}\n') && JSON.stringify(plain(sizes)) === JSON.stringify(doc.sizes)) return new Map([['sizes', sizes]]);
+    } catch {
+      // not where the canonical layout puts it: read the whole record below
+    }
+  }
+  return ctx.rawOf('data/pools.json');
+}
+
+/** report.md's checked tables restate the records; its images name payload files. */
+function reportTables(ctx) {
+  const data = ctx.bag.files.get('data/report.md');
+  if (!data) throw new bag.Failed('data/report.md is missing.');
+  const optional = (section) => (wants(ctx, section) ? ctx.rawOf(SECTION_FILES[section]) : null);
+  const records = {
+    metrics: ctx.rawOf('data/metrics.json'), temperature: ctx.rawOf('data/temperature.json'), pools: poolSizes(ctx),
+    bootstrap: optional('bootstrap'), stability: optional('stability'),
+  };
+  return checkReport(data, records, new Set(bag.payload(ctx.bag)));
+}
+
 const CRC_TABLE = Array.from({ length: 256 }, (_, n) => {
   let c = n;
   for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
@@ -1026,7 +1056,7 @@ const TABLE = [
   ['bootstrap.intervals', 'bootstrap resamples and intervals recomputed', null, { when: (c) => wants(c, 'bootstrap') }],
   ['stability.refit', 'stability subsets re-fitted and NLLs recomputed', null, { when: (c) => wants(c, 'stability') }],
   ['predicate.claims', 'signed predicate states what the payload holds', null, {}],
-  ['report.tables', 'report.md tables restate the records', null, {}],
+  ['report.tables', 'report.md tables restate the records', reportTables, {}],
   ['report.regenerated', "report.md is the verifier's rendering of the records", null, {}],
   ['crate.structure', 'ro-crate-metadata.json is an RO-Crate 1.2 graph', null, {}],
   ['crate.files', 'crate lists every payload file with its sha256 and size', null, {}],

@@ -75,6 +75,12 @@ try {
     page.on('pageerror', (e) => errors.push(String(e)));
     await page.goto(pageUrl + (c.fingerprint ? `#fingerprint=${c.fingerprint}` : ''), { waitUntil: 'load' });
     if (c.key) await page.$eval('#key', (el, v) => { el.value = v; }, c.key);
+    // The renderer's CPU time (ProcessTime, all its threads), before and after: on a loaded machine
+    // the wall time measures the load as much as the page.
+    const cdp = await page.createCDPSession();
+    await cdp.send('Performance.enable');
+    const cpu = async () => Object.fromEntries((await cdp.send('Performance.getMetrics')).metrics.map((m) => [m.name, m.value]));
+    const cpu0 = await cpu();
     const started = Date.now();
     if (c.kind === 'archive') {
       const input = await page.$('#archive');
@@ -103,6 +109,8 @@ try {
       result = { error: `no verdict: ${e.message}` };
     }
     const wall = (Date.now() - started) / 1000;
+    const cpu1 = await cpu();
+    const cpuSeconds = { process: cpu1.ProcessTime - cpu0.ProcessTime, thread: cpu1.ThreadTime - cpu0.ThreadTime };
     if (c.probe) {
       // What a script in the page could try: each must be stopped by the CSP before any request.
       await page.evaluate(async () => {
@@ -114,7 +122,7 @@ try {
       });
     }
     if (job.screenshots && job.screenshots[c.name]) await page.screenshot({ path: job.screenshots[c.name] });
-    lines.push(JSON.stringify({ name: c.name, result, requests, violations, errors, wall }));
+    lines.push(JSON.stringify({ name: c.name, result, requests, violations, errors, wall, cpuSeconds }));
     await page.close();
   }
 } finally {
