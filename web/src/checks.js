@@ -14,6 +14,7 @@ import { makeValidator, SchemaError } from './schema.js';
 import { parseEnvelope, parseStatement, readPublicKey, signatureBy } from './signature.js';
 import { expectedBounds } from './bounds.js';
 import { checkReport } from './report.js';
+import { checkFiles, checkPublication, checkRun, checkSigner, parseCrate } from './crate.js';
 import { counts, expectedClassWarnings, expectedRecord, checkPermutation, pct } from './perclass.js';
 import SCHEMAS, { SCHEMA_SHA256 } from './schemas.generated.js';
 
@@ -951,6 +952,40 @@ function reportTables(ctx) {
   return checkReport(data, records, new Set(bag.payload(ctx.bag)));
 }
 
+// -- the crate ---------------------------------------------------------------------------------
+
+function crateStructure(ctx) {
+  const data = ctx.bag.files.get('data/ro-crate-metadata.json');
+  if (!data) throw new bag.Failed('data/ro-crate-metadata.json is missing.');
+  const [detail, graph] = parseCrate(data);
+  ctx.crateGraph = graph;
+  return detail;
+}
+
+async function crateFiles(ctx) {
+  const graph = ctx.need(ctx.crateGraph, 'the crate graph');
+  const payload = bag.payload(ctx.bag);
+  const files = new Map(payload.map((p) => [p, ctx.bag.files.get(p)]));
+  const shas = new Map(await Promise.all(payload.map(async (p) => [p, await ctx.sha(p)])));
+  return checkFiles(graph, files, shas);
+}
+
+function crateRun(ctx) {
+  const graph = ctx.need(ctx.crateGraph, 'the crate graph');
+  return checkRun(graph, bag.payload(ctx.bag), ctx.doc('data/resources.json'), ctx.doc('data/environment.json'));
+}
+
+function crateSigner(ctx) {
+  const graph = ctx.need(ctx.crateGraph, 'the crate graph');
+  const info = ctx.need(ctx.info, 'bag-info.txt');
+  return checkSigner(graph, ctx.need(ctx.signer, 'the signer').fingerprint, info['Bagging-Date']);
+}
+
+function cratePublication(ctx) {
+  const graph = ctx.need(ctx.crateGraph, 'the crate graph');
+  return checkPublication(graph, ctx.doc('predicate').publication);
+}
+
 const CRC_TABLE = Array.from({ length: 256 }, (_, n) => {
   let c = n;
   for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
@@ -1058,11 +1093,11 @@ const TABLE = [
   ['predicate.claims', 'signed predicate states what the payload holds', null, {}],
   ['report.tables', 'report.md tables restate the records', reportTables, {}],
   ['report.regenerated', "report.md is the verifier's rendering of the records", null, {}],
-  ['crate.structure', 'ro-crate-metadata.json is an RO-Crate 1.2 graph', null, {}],
-  ['crate.files', 'crate lists every payload file with its sha256 and size', null, {}],
-  ['crate.run', "crate's run reads the resources and produces the payload", null, {}],
-  ['crate.signer', "crate names the bag's signer", null, {}],
-  ['crate.publication', 'crate states the signed licence, publisher and authors', null, {}],
+  ['crate.structure', 'ro-crate-metadata.json is an RO-Crate 1.2 graph', crateStructure, {}],
+  ['crate.files', 'crate lists every payload file with its sha256 and size', crateFiles, {}],
+  ['crate.run', "crate's run reads the resources and produces the payload", crateRun, {}],
+  ['crate.signer', "crate names the bag's signer", crateSigner, {}],
+  ['crate.publication', 'crate states the signed licence, publisher and authors', cratePublication, {}],
   ['crate.regenerated', "crate is the verifier's rendering of the records", null, {}],
   ['figures.png', 'figures are well-formed PNG images', pngCheck, {}],
   ['figures.regenerated', "figures are the verifier's drawing of the records", null, {}],
