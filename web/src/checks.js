@@ -317,6 +317,20 @@ async function protocolHash(ctx) {
   return `${named.length} records name the protocol in the bag (sha256 ${sha.slice(0, 16)}…)`;
 }
 
+/** Which forward ran and why (environment.json `forward_choice`), against its forward_check: the
+ * packed forward always comes with its check, transformers' forward only as a stated fallback. */
+function forwardCheck(ctx) {
+  const environment = ctx.doc('data/environment.json');
+  const choice = environment.forward_choice;
+  const checked = 'forward_check' in environment;
+  if (choice.name === 'packed-distilbert' && !checked) throw new bag.Failed('environment.json says the packed forward ran but holds no forward_check; every run of that forward checks it against transformers\' forward.');
+  if (choice.name === 'transformers') {
+    if (checked) throw new bag.Failed('environment.json says transformers\' forward ran but holds a forward_check of the packed forward.');
+    if (!choice.reason.startsWith('fallback: ')) throw new bag.Failed(`environment.json's forward_choice names transformers' forward with the reason '${choice.reason}', which does not start with 'fallback: '.`);
+  }
+  return `${choice.name} (${choice.reason})`;
+}
+
 const STAGE_ORDER = ['split', 'calibration-inference', 'fit', 'audit-inference', 'metrics'];
 
 /** A time as Python's datetime.fromisoformat reads the schema's UTC form: microseconds since 1970
@@ -1064,7 +1078,7 @@ const TABLE = [
   ['stages.records', 'stage records hash the files in the bag', stagesRecords, {}],
   ['stages.audit-after-fit', 'audit inference consumed the frozen temperature', auditAfterFit, {}],
   ['environment.threads', "torch threads within the protocol's bound", threadsCheck, { when: (c) => has(c, 'data/environment.json', 'threads') }],
-  ['environment.forward', 'the recorded forward and its check agree', null, { when: (c) => has(c, 'data/environment.json', 'forward_choice') }],
+  ['environment.forward', 'the recorded forward and its check agree', forwardCheck, { when: (c) => has(c, 'data/environment.json', 'forward_choice') }],
   ['pools.split-keys', 'split keys are sha256(prefix + idx)', splitKeys, {}],
   ['pools.assignment', 'pools re-derived by the split rule; sizes; disjoint', assignment, {}],
   ['predictions.{pool}.columns', '{pool} predictions: columns and types', columns, { each: () => POOLS.map((pool) => ({ pool })) }],
