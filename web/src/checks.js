@@ -14,7 +14,7 @@ import { makeValidator, SchemaError } from './schema.js';
 import { parseEnvelope, parseStatement, readPublicKey, signatureBy } from './signature.js';
 import { expectedBounds } from './bounds.js';
 import { checkReport } from './report.js';
-import { checkFiles, checkPublication, checkRun, checkSigner, parseCrate } from './crate.js';
+import { checkFiles, checkPublication, checkRun, checkSigner, parseCrate, same as pyEqual } from './crate.js';
 import { counts, expectedClassWarnings, expectedRecord, checkPermutation, pct } from './perclass.js';
 import SCHEMAS, { SCHEMA_SHA256 } from './schemas.generated.js';
 
@@ -966,6 +966,25 @@ function reportTables(ctx) {
   return checkReport(data, records, new Set(bag.payload(ctx.bag)));
 }
 
+/** bootstrap.json's header against the protocol, the temperature and the files it names. */
+async function bootstrapRecord(ctx) {
+  const doc = ctx.doc('data/bootstrap.json');
+  const spec = ctx.doc('data/protocol.json').bootstrap;
+  const n = ctx.table('audit').n;
+  const [predictions, temperature, metrics] = await Promise.all(['data/predictions/audit.parquet', 'data/temperature.json', 'data/metrics.json'].map((p) => ctx.sha(p)));
+  const problems = [];
+  const wanted = [['pool', spec.pool], ['n', n], ['beta', ctx.doc('data/temperature.json').beta], ['resamples', spec.resamples], ['seed', spec.seed],
+    ['predictions_sha256', predictions], ['temperature_sha256', temperature], ['metrics_sha256', metrics]];
+  for (const [key, want] of wanted) if (!pyEqual(doc[key], want)) problems.push(`${key} is ${JSON.stringify(doc[key])}, expected ${JSON.stringify(want)}`);
+  const { interval } = spec;
+  if (!pyEqual(doc.interval.quantiles, interval.quantiles) || !pyEqual(doc.interval.level, interval.level) || !pyEqual(doc.interval.method, interval.method)) {
+    problems.push(`interval ${JSON.stringify(doc.interval)}, the protocol fixes ${JSON.stringify(interval.quantiles)} ${interval.method}`);
+  }
+  if (!pyEqual(Object.keys(doc.differences).sort(), [...spec.metrics].sort())) problems.push(`metrics ${JSON.stringify(Object.keys(doc.differences).sort())}, the protocol names ${JSON.stringify([...spec.metrics].sort())}`);
+  if (problems.length) throw new bag.Failed(`bootstrap.json: ${problems.join('; ')}.`);
+  return `${doc.resamples} resamples of the ${n} audit rows, seed ${doc.seed}, at this temperature and these predictions`;
+}
+
 // -- the crate ---------------------------------------------------------------------------------
 
 function crateStructure(ctx) {
@@ -1101,7 +1120,7 @@ const TABLE = [
   // listed when metrics.json holds a truncation summary, or could not be read (the check then says why)
   ['metrics.truncation', "truncation summary restates the predictions' token counts", truncationCheck, { when: (c) => !c.docs.has('data/metrics.json') || has(c, 'data/metrics.json', 'truncation') }],
   ['metrics.estimators', 'pre-registered estimators recomputed with their intervals', null, { when: (c) => !c.docs.has('data/protocol.json') || !c.docs.has('data/metrics.json') || has(c, 'data/metrics.json', 'estimators') || Boolean((c.docs.get('data/protocol.json').metrics || {}).estimators) }],
-  ['bootstrap.record', 'bootstrap names this protocol, temperature and predictions', null, { when: (c) => wants(c, 'bootstrap') }],
+  ['bootstrap.record', 'bootstrap names this protocol, temperature and predictions', bootstrapRecord, { when: (c) => wants(c, 'bootstrap') }],
   ['bootstrap.intervals', 'bootstrap resamples and intervals recomputed', null, { when: (c) => wants(c, 'bootstrap') }],
   ['stability.refit', 'stability subsets re-fitted and NLLs recomputed', null, { when: (c) => wants(c, 'stability') }],
   ['predicate.claims', 'signed predicate states what the payload holds', null, {}],

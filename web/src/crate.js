@@ -209,7 +209,7 @@ function statedPublication(graph) {
 }
 
 /** Python's == on JSON values (1 == 1.0; key order ignored). */
-function same(a, b) {
+export function same(a, b) {
   if (Array.isArray(a) || Array.isArray(b)) return Array.isArray(a) && Array.isArray(b) && a.length === b.length && a.every((x, k) => same(x, b[k]));
   if (isObject(a) || isObject(b)) {
     if (!isObject(a) || !isObject(b)) return false;
