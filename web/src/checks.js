@@ -16,7 +16,8 @@ import { expectedBounds } from './bounds.js';
 import { checkReport } from './report.js';
 import { checkFiles, checkPublication, checkRun, checkSigner, parseCrate, same as pyEqual } from './crate.js';
 import { counts, expectedClassWarnings, expectedRecord, checkPermutation, pct } from './perclass.js';
-import SCHEMAS, { SCHEMA_SHA256 } from './schemas.generated.js';
+import SCHEMAS, { FORMAT_DIGESTS, SCHEMA_SHA256 } from './schemas.generated.js';
+import { checkClaims } from './claims.js';
 
 export const NOT_HERE = 'not checked here: run the Python verifier';
 export const VERDICTS = {
@@ -985,6 +986,20 @@ async function bootstrapRecord(ctx) {
   return `${doc.resamples} resamples of the ${n} audit rows, seed ${doc.seed}, at this temperature and these predictions`;
 }
 
+/** Every claim of the signed predicate restates the payload, this page's schemas and the signer. */
+async function predicateClaims(ctx) {
+  ctx.doc('predicate');
+  const env = ctx.need(ctx.envelope, 'the envelope');
+  const predicate = parseRaw(env.payload, 'the signed statement').get('predicate');
+  const [protocol, temperature] = await Promise.all([ctx.sha('data/protocol.json'), ctx.sha('data/temperature.json')]);
+  const schemas = PAYLOAD_SCHEMAS.map(([path, name]) => ({ path, name, id: schemaId(name), sha256: SCHEMA_SHA256[name], present: ctx.bag.files.has(path) }))
+    .sort((a, b) => (a.path < b.path ? -1 : 1));
+  return checkClaims(predicate, {
+    records: { resources: ctx.rawOf('data/resources.json'), temperature: ctx.rawOf('data/temperature.json'), metrics: ctx.rawOf('data/metrics.json') },
+    shas: { protocol, temperature }, schemas, released: FORMAT_DIGESTS, signer: ctx.need(ctx.signer, 'the signer').fingerprint,
+  });
+}
+
 // -- the crate ---------------------------------------------------------------------------------
 
 function crateStructure(ctx) {
@@ -1123,7 +1138,7 @@ const TABLE = [
   ['bootstrap.record', 'bootstrap names this protocol, temperature and predictions', bootstrapRecord, { when: (c) => wants(c, 'bootstrap') }],
   ['bootstrap.intervals', 'bootstrap resamples and intervals recomputed', null, { when: (c) => wants(c, 'bootstrap') }],
   ['stability.refit', 'stability subsets re-fitted and NLLs recomputed', null, { when: (c) => wants(c, 'stability') }],
-  ['predicate.claims', 'signed predicate states what the payload holds', null, {}],
+  ['predicate.claims', 'signed predicate states what the payload holds', predicateClaims, {}],
   ['report.tables', 'report.md tables restate the records', reportTables, {}],
   ['report.regenerated', "report.md is the verifier's rendering of the records", null, {}],
   ['crate.structure', 'ro-crate-metadata.json is an RO-Crate 1.2 graph', crateStructure, {}],
