@@ -291,6 +291,26 @@ function statementCheck(ctx) {
   return `valid against ${schemaId('statement')} and ${schemaId('predicate')}`;
 }
 
+/** (file, dotted field) that a format requires and earlier formats lack (their schemas keep them optional). */
+const REQUIRED_SINCE = {
+  2: [['data/environment.json', 'arithmetic'], ['data/environment.json', 'threads'], ['data/metrics.json', 'truncation'],
+    ['data/metrics.json', 'warnings'], ['data/resources.json', 'model.revision_checked_by_hub'], ['data/resources.json', 'dataset.revision_checked_by_hub']],
+};
+
+/** Every record holds the fields its format requires. */
+function formatFields(ctx) {
+  const version = ctx.need(ctx.statement, 'the signed statement').predicate.format.version;
+  const wanted = Object.entries(REQUIRED_SINCE).filter(([since]) => Number(since) <= version).flatMap(([, pairs]) => pairs);
+  const has = (doc, dotted) => dotted.split('.').every((part) => {
+    const here = doc && typeof doc === 'object' && !Array.isArray(doc) && Object.prototype.hasOwnProperty.call(doc, part);
+    doc = here ? doc[part] : undefined;
+    return here;
+  });
+  const missing = wanted.filter(([path, field]) => !has(ctx.doc(path), field)).map(([path, field]) => `${path} ${field}`);
+  if (missing.length) throw new bag.Failed(`this format-${version} bundle lacks fields its format requires: ${missing.join(', ')}.`);
+  return wanted.length ? `the ${wanted.length} fields format ${version} added are present` : 'no fields to add';
+}
+
 /** The protocol's sizes (caps.dimensions) once data/protocol.json was read, or null beyond the bounds. */
 function protocolDims(ctx, protocol) {
   return protocol ? dimensions(ctx.bag.files.get('data/protocol.json')) : null;
@@ -330,6 +350,58 @@ function forwardCheck(ctx) {
     if (!choice.reason.startsWith('fallback: ')) throw new bag.Failed(`environment.json's forward_choice names transformers' forward with the reason '${choice.reason}', which does not start with 'fallback: '.`);
   }
   return `${choice.name} (${choice.reason})`;
+}
+
+const FORMAL_UNPINNED_PINS = ['hub-lfs', 'first-use'];
+
+/** Why a used file keeps a run from being formal (not the protocol's file, not pinned its way, not matching). */
+function formalPinProblems(kind, path, f, pin) {
+  if (pin === null) return [`${kind} file '${path}' is not a file the protocol lists at its revision`];
+  const allowed = pin.sha256 !== null ? ['protocol'] : FORMAL_UNPINNED_PINS;
+  if (!allowed.includes(f.pin)) return [`${kind} file '${path}' is pinned '${f.pin}', a formal run pins it by ${allowed.join(' or ')}`];
+  if (!f.matches_pin || f.pinned_sha256 === null) return [`${kind} file '${path}' does not match its pin`];
+  return [];
+}
+
+/** The profile, the resources against the protocol's pins, the pools' dataset hash. */
+function resourcePins(ctx) {
+  const info = ctx.need(ctx.info, 'bag-info.txt');
+  const resources = ctx.doc('data/resources.json');
+  const protocol = ctx.doc('data/protocol.json');
+  const poolsDataset = ctx.doc('data/pools.json').dataset_sha256;
+  const eq = pyEqual;
+  if (!eq(resources.profile, info.Profile)) throw new bag.Failed(`bag-info.txt says Profile '${info.Profile}', resources.json says '${resources.profile}'.`);
+  const formal = [];
+  for (const kind of ['model', 'dataset']) {
+    const used = resources[kind];
+    const pinned = protocol.resources[kind];
+    if ('revision_checked_by_hub' in used && !eq(used.revision_checked_by_hub, used.source === 'hub')) throw new bag.Failed(`resources.json says the ${kind} revision was checked by a hub ${used.revision_checked_by_hub}, but its source is '${used.source}'; only files from the hub are checked at their revision.`);
+    if (!eq(used.repo_id, pinned.repo_id) || !eq(used.repo_type, pinned.repo_type)) formal.push(`${kind} is '${used.repo_id}', the protocol pins '${pinned.repo_id}'`);
+    if (!eq(used.revision, pinned.revision)) formal.push(`${kind} revision ${String(used.revision).slice(0, 12)} is not the pinned ${String(pinned.revision).slice(0, 12)}`);
+    const pins = new Map(pinned.files.map((f) => [f.path, f]));
+    const files = new Map(used.files.map((f) => [f.path, f]));
+    if (files.size !== used.files.length) throw new bag.Failed(`resources.json lists a ${kind} file twice.`);
+    const sameRepo = eq(used.repo_id, pinned.repo_id) && eq(used.revision, pinned.revision);
+    for (const [path, f] of files) {
+      const pin = sameRepo && pins.has(path) ? pins.get(path) : null;
+      if (pin !== null && pin.sha256 !== null && (f.pin !== 'protocol' || !eq(f.pinned_sha256, pin.sha256))) throw new bag.Failed(`resources.json ${kind} file '${path}' records pin '${f.pin}' ${String(f.pinned_sha256).slice(0, 16)}…, the protocol pins ${String(pin.sha256).slice(0, 16)}….`);
+      if (f.pinned_sha256 !== null && !eq(f.matches_pin, eq(f.sha256, f.pinned_sha256))) throw new bag.Failed(`resources.json ${kind} file '${path}' says matches_pin ${f.matches_pin}, but its sha256 and pin say otherwise.`);
+      if (f.pinned_sha256 === null && f.matches_pin) throw new bag.Failed(`resources.json ${kind} file '${path}' matches_pin is true without a pin.`);
+      formal.push(...formalPinProblems(kind, path, f, pin));
+    }
+    for (const [path, pin] of pins) {
+      const f = files.get(path);
+      if (f === undefined) formal.push(`${kind} file '${path}' is not listed`);
+      else if (!eq(f.size, pin.size) || (pin.sha256 !== null && !eq(f.sha256, pin.sha256))) formal.push(`${kind} file '${path}' differs from its pin`);
+    }
+  }
+  if (!resources.dataset.files.some((f) => eq(f.sha256, poolsDataset))) throw new bag.Failed(`pools.json names dataset ${String(poolsDataset).slice(0, 16)}…, which is not a dataset file in resources.json.`);
+  if (resources.profile === 'formal') {
+    if (formal.length || resources.deviations.length) throw new bag.Failed(`the profile is 'formal' but ${formal.length ? formal[0] : 'deviations are listed'}; a formal run uses exactly the protocol's pinned files.`);
+    return 'profile formal: every file is the protocol\'s pinned file at its revision';
+  }
+  if (!resources.deviations.length) throw new bag.Failed("the profile is 'other' but no deviation is given; each must be stated.");
+  return `profile other, ${resources.deviations.length} deviation(s) stated; pins recorded consistently`;
 }
 
 const STAGE_ORDER = ['split', 'calibration-inference', 'fit', 'audit-inference', 'metrics'];
@@ -1105,10 +1177,10 @@ const TABLE = [
   ['bag.payload-files', "data/ holds exactly the format's files", payloadFiles, { when: (c) => c.bag }],
   ['json.{name}', "{path} valid against the verifier's schema", jsonFile, { each: jsonFiles }],
   ['json.statement', "signed statement valid against the verifier's schema", statementCheck, {}],
-  ['format.fields', 'records hold every field their format requires', null, {}],
+  ['format.fields', 'records hold every field their format requires', formatFields, {}],
   ['protocol.bounds', "protocol's sizes within the verifier's bounds", protocolBounds, {}],
   ['protocol.hash', 'every record names the protocol in the bag', protocolHash, {}],
-  ['resources.pins', "resources agree with the protocol's pins and the profile", null, {}],
+  ['resources.pins', "resources agree with the protocol's pins and the profile", resourcePins, {}],
   ['stages.records', 'stage records hash the files in the bag', stagesRecords, {}],
   ['stages.audit-after-fit', 'audit inference consumed the frozen temperature', auditAfterFit, {}],
   ['environment.threads', "torch threads within the protocol's bound", threadsCheck, { when: (c) => has(c, 'data/environment.json', 'threads') }],
