@@ -5,6 +5,9 @@ Numpy only, and by other methods than the job's (job/estimators.py) where the de
 - binned: equal-mass edges by index arithmetic on the sorted values (the job splits the sorted
   array), bins by numpy.digitize(right=True) (the job: searchsorted), per-bin sums by bincount;
 - ks: per distinct confidence by numpy.unique and bincount, then one cumulative sum;
+- the bootstrap intervals: each resample as draw counts over the audit rows (the job gathers the
+  drawn rows), scored on the rows sorted once, resamples drawn and scored block by block so that
+  memory stays bounded at the format's limits (verify/bootstrap.py);
 - smooth-ece: the reflected Gaussian smoothing of relplot evaluated directly, as a sum over the
   occupied grid points and their two mirror images, at only the grid points the interpolation
   reads (the job convolves the whole grid with numpy.convolve);
@@ -41,23 +44,31 @@ def wanted(ctx: Context) -> bool:
 
 # ---- binned ----------------------------------------------------------------------------------
 
-def upper_edges(values: F64, entry: dict[str, Any]) -> F64:
+def upper_edges(values: F64, entry: dict[str, Any], draws: F64 | None = None) -> F64:
+    """Upper bin edges of `values`; with `draws` (how often each value was drawn), `values` are
+    already sorted and stand for the sorted sample in which value i occurs draws[i] times."""
     bins = int(entry["bins"])
     if entry["binning"] == "equal-width":
         return np.arange(1, bins + 1) / float(bins)
-    ordered = np.sort(values)
-    n = len(ordered)
+    ordered = np.sort(values) if draws is None else values
+    n = len(ordered) if draws is None else round(float(draws.sum()))
     runs = min(bins, n)
     size, extra = divmod(n, runs)
-    ends = [(i + 1) * size + min(i + 1, extra) for i in range(runs - 1)]  # first index of run i + 1
-    return np.unique(np.array([(ordered[e - 1] + ordered[e]) / 2.0 for e in ends] + [1.0]))
+    ends = np.array([(i + 1) * size + min(i + 1, extra) for i in range(runs - 1)], dtype=np.int64)
+    # Sample positions e - 1 and e (e: first index of run i + 1), as indices into `values`.
+    before, at = (ends - 1, ends) if draws is None else (
+        np.searchsorted(np.cumsum(draws), [ends - 1, ends], side="right"))
+    return np.unique(np.append((ordered[before] + ordered[at]) / 2.0, 1.0))
 
 
-def calibration_error(values: F64, outcomes: F64, edges: F64, norm: str, debias: bool) -> float | None:
+def calibration_error(values: F64, outcomes: F64, edges: F64, norm: str, debias: bool,
+                      draws: F64 | None = None) -> float | None:
+    """The plug-in or debiased error; with `draws`, of the sample in which row i occurs draws[i] times."""
     which = np.digitize(values, edges, right=True)
-    count = np.bincount(which, minlength=len(edges)).astype(np.float64)
-    sum_p = np.bincount(which, weights=values, minlength=len(edges))
-    sum_y = np.bincount(which, weights=outcomes, minlength=len(edges))
+    weight = np.ones(len(values)) if draws is None else draws
+    count = np.bincount(which, weights=weight, minlength=len(edges))
+    sum_p = np.bincount(which, weights=weight * values, minlength=len(edges))
+    sum_y = np.bincount(which, weights=weight * outcomes, minlength=len(edges))
     power = 1.0 if norm == "l1" else 2.0
     keep = count >= (2 if debias else 1)
     if debias and not keep.any():
@@ -66,7 +77,7 @@ def calibration_error(values: F64, outcomes: F64, edges: F64, norm: str, debias:
     terms = np.abs(mp - my) ** power
     if debias:
         terms = terms - my * (1.0 - my) / (c - 1.0)
-    total = float(np.sum(c * terms) / len(values))
+    total = float(np.sum(c * terms) / np.sum(weight))
     return math.sqrt(max(total, 0.0)) if debias else total ** (1.0 / power)
 
 
@@ -203,6 +214,69 @@ def _quantiles(values: list[float | None], level: float) -> tuple[float, float] 
     return float(q[0]), float(q[1])
 
 
+class _Resampler:
+    """Scores the audit rows' resamples for one scale (raw or calibrated) from draw counts: each
+    probability column sorted once, each resample a weight vector over the rows, so that no drawn
+    copy of the (n, K) probabilities is ever made."""
+
+    def __init__(self, p: F64, y: I64, pred: I64) -> None:
+        rows = np.arange(len(y))
+        self.p, self.y, self.pred = p, y, pred
+        self.conf, self.correct = p[rows, pred], (pred == y) * 1.0
+        self.distinct_inverse = np.unique(self.conf, return_inverse=True)[1]
+        self._sorted: dict[int, tuple[I64, F64, F64]] = {}
+
+    def column(self, k: int) -> tuple[I64, F64, F64]:
+        """(order, sorted values, outcomes in that order) of the top-label column (k = -1) or class k."""
+        if k not in self._sorted:
+            values, outcomes = (self.conf, self.correct) if k < 0 else (self.p[:, k], (self.y == k) * 1.0)
+            order = np.argsort(values, kind="stable")
+            self._sorted[k] = (order, values[order], outcomes[order])
+        return self._sorted[k]
+
+    def binned_column(self, entry: dict[str, Any], k: int, draws: F64) -> float | None:
+        order, values, outcomes = self.column(k)
+        w = draws[order]
+        return calibration_error(values, outcomes, upper_edges(values, entry, w), entry["norm"], entry["debias"], w)
+
+    def score(self, entry: dict[str, Any], draws: F64, rows: I64) -> float | None:
+        """The estimator on the resample that drew row i draws[i] times (`rows`: the drawn rows)."""
+        if entry["kind"] == "ks":
+            per_value = np.bincount(self.distinct_inverse, weights=draws * (self.correct - self.conf))
+            return float(np.max(np.abs(np.cumsum(per_value))) / len(rows))
+        if entry["kind"] == "smooth-ece":
+            # The bandwidth search compares floats: score the drawn rows themselves, in draw order.
+            return smooth_ece(entry, self.conf[rows], self.correct[rows])[0]
+        if entry.get("confidence", "top-label") == "top-label":
+            return self.binned_column(entry, -1, draws)
+        power = 1.0 if entry["norm"] == "l1" else 2.0
+        total = 0.0
+        for k in range(self.p.shape[1]):
+            err = self.binned_column(entry, k, draws)
+            if err is None:
+                return None
+            total += err ** power
+        return float((total / self.p.shape[1]) ** (1.0 / power))
+
+
+def resample_scores(entries: list[dict[str, Any]], scales: dict[str, F64], y: I64, pred: I64, seed: int,
+                    resamples: int) -> dict[str, dict[str, list[float | None]]]:
+    """id -> scale -> the estimator on each resample, in resample order, for every entry; drawn and
+    scored block by block (bounded memory)."""
+    n = len(y)
+    scorers = {which: _Resampler(p, y, pred) for which, p in scales.items()}
+    out: dict[str, dict[str, list[float | None]]] = {e["id"]: {which: [] for which in scales} for e in entries}
+    cells = bootstrap.BLOCK_CELLS
+    counts = np.empty((min(resamples, max(1, cells // max(n, 1))), n))
+    for block in bootstrap.resample_blocks(seed, resamples, n, cells):
+        draws = bootstrap.draw_counts(block, n, counts)
+        for b in range(block.shape[0]):
+            for entry in entries:
+                for which, scorer in scorers.items():
+                    out[entry["id"]][which].append(scorer.score(entry, draws[b], block[b]))
+    return out
+
+
 def expected_record(protocol: dict[str, Any], z: F64, y: I64, beta: float) -> dict[str, Any]:
     """metrics.json `estimators` as the protocol and the audit logits make it."""
     entries = protocol["metrics"]["estimators"]
@@ -212,10 +286,6 @@ def expected_record(protocol: dict[str, Any], z: F64, y: I64, beta: float) -> di
     scales = {"raw": numerics.probabilities(z, 1.0), "calibrated": numerics.probabilities(z, beta)}
     rows = np.arange(len(y))
     correct = (pred == y) * 1.0
-    draws: list[Any] = []
-    if boot is not None and any("interval" in e for e in entries):
-        draws = [r for block in bootstrap.resample_blocks(seed, resamples, len(y)) for r in block]
-    results: dict[str, Any] = {}
     for index, entry in enumerate(entries):
         missing = [name for name in NEEDS[entry["kind"]] if name not in entry]
         if missing:
@@ -226,6 +296,10 @@ def expected_record(protocol: dict[str, Any], z: F64, y: I64, beta: float) -> di
         if "interval" in entry and boot is None:
             raise Failed(f"the protocol's estimator {entry['id']!r} asks for a bootstrap interval without a "
                          "bootstrap section.")
+    with_interval = [e for e in entries if "interval" in e]
+    scored = resample_scores(with_interval, scales, y, pred, seed, resamples) if with_interval else {}
+    results: dict[str, Any] = {}
+    for entry in entries:
         out: dict[str, Any] = {"kind": entry["kind"]}
         for which, p in scales.items():
             if entry["kind"] == "bin-intervals":
@@ -238,10 +312,10 @@ def expected_record(protocol: dict[str, Any], z: F64, y: I64, beta: float) -> di
                 out[which] = {"value": value} if value is not None else {"value": None, "reason": UNDEFINED}
         if "interval" in entry:
             level = float(entry["interval"]["level"])
-            scored = {which: [_score(entry, p[r], y[r], pred[r]) for r in draws] for which, p in scales.items()}
-            diffs = [None if a is None or b is None else b - a for a, b in zip(scored["raw"], scored["calibrated"])]
+            draws = scored[entry["id"]]
+            diffs = [None if a is None or b is None else b - a for a, b in zip(draws["raw"], draws["calibrated"])]
             for which in scales:
-                q = _quantiles(scored[which], level)
+                q = _quantiles(draws[which], level)
                 out[which]["interval"] = None if q is None else {"lower": q[0], "upper": q[1]}
             q = _quantiles(diffs, level)
             point = (None if out["raw"]["value"] is None or out["calibrated"]["value"] is None
