@@ -119,7 +119,8 @@ class Settings:
 
 
 def set_deterministic(mode: bool) -> None:
-    """torch.use_deterministic_algorithms(mode), minus its import of torch._inductor.
+    """torch.use_deterministic_algorithms(mode), minus its import of torch._inductor and its fill
+    of new tensors with NaN (below).
 
     The public call imports torch._inductor.config (and with it torch._dynamo, torch.distributed
     and sympy: ~80 MB of resident memory, a tenth of the job's peak) only to copy the flag into
@@ -135,6 +136,13 @@ def set_deterministic(mode: bool) -> None:
     if torch.are_deterministic_algorithms_enabled() != mode:
         raise JobError("torch did not take the deterministic-algorithms setting; report this with "
                        "the torch version.")
+    # Deterministic mode also fills every tensor torch.empty makes with NaN, a guard against kernels
+    # that read memory they never wrote; no operator of the forward does (its logits are bit-identical
+    # either way: tests/job/test_inference.py), and the fill is an extra write over every activation
+    # (about 3% of a 1-thread forward, docs/PERFORMANCE.md). Off: the algorithms stay deterministic.
+    from torch.utils import deterministic
+
+    deterministic.fill_uninitialized_memory = False  # type: ignore[attr-defined]
 
 
 def configure_torch(s: Settings) -> dict[str, Any]:
@@ -155,6 +163,7 @@ def configure_torch(s: Settings) -> dict[str, Any]:
         "num_threads": torch.get_num_threads(),
         "num_interop_threads": torch.get_num_interop_threads(),
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "fill_uninitialized_memory": bool(torch._C._get_deterministic_fill_uninitialized_memory()),
         "seed": s.seed,
         "mkldnn_enabled": bool(torch.backends.mkldnn.enabled),
         "parallel_info": torch.__config__.parallel_info().strip().splitlines()[:6],
