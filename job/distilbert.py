@@ -165,7 +165,6 @@ class DistilBertClassifier:
 
         bsz, width = ids.shape
         sel_np = np.flatnonzero(mask.reshape(-1))
-        sel = torch.from_numpy(sel_np)
         tok = ids.reshape(-1)[sel_np]
         pos = torch.from_numpy(sel_np % width)
         row_of = torch.from_numpy(sel_np // width)
@@ -179,13 +178,16 @@ class DistilBertClassifier:
         x = F.layer_norm(words + F.embedding(pos, self.position), (d,), *self.emb_norm, LAYER_NORM_EPS)
         bias = torch.zeros((bsz, 1, 1, width), dtype=x.dtype)
         bias.masked_fill_(torch.from_numpy(mask == 0)[:, None, None, :], torch.finfo(x.dtype).min)
-        qkv = x.new_zeros((3, bsz * width, d))  # padding rows stay zero for the whole batch
+        # q, k and v in attention's own layout [B, heads, longest, head_dim], padding rows zero for
+        # the whole batch: q, k^T and v reach the batched products as views, not as copies
+        qkv = x.new_zeros((3, bsz, heads, width, head_dim))
         for layer in self.layers:
             for j, lin in enumerate((layer.q, layer.k, layer.v)):
-                qkv[j].index_copy_(0, sel, F.linear(x, *lin))
-            q, k, v = (qkv[j].view(bsz, width, heads, head_dim).transpose(1, 2) for j in range(3))
-            scores = torch.matmul(q, k.transpose(2, 3)) * scaling
-            scores = scores + bias
+                qkv[j].transpose(1, 2)[row_of, pos] = F.linear(x, *lin).view(-1, heads, head_dim)
+            q, k, v = qkv
+            scores = torch.matmul(q, k.transpose(2, 3))
+            scores.mul_(scaling)  # in place: the same products and sums as `* scaling` and `+ bias`
+            scores.add_(bias)
             probs = F.softmax(scores, dim=-1)
             context = torch.matmul(probs, v).transpose(1, 2)[row_of, pos].reshape(-1, d)
             h = F.linear(context, *layer.out)

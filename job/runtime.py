@@ -8,7 +8,7 @@ import contextlib
 import math
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableMapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 SYS_CPU = Path("/sys/devices/system/cpu")
 CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+OMP_WAIT_POLICY = "PASSIVE"
+"""How torch's OpenMP threads wait at a barrier: asleep, not spinning (see passive_thread_waits)."""
 
 
 def usable_cpus() -> list[int]:
@@ -118,8 +120,29 @@ class Settings:
         )
 
 
+def passive_thread_waits(environ: MutableMapping[str, str] = os.environ) -> dict[str, Any]:
+    """Let torch's OpenMP threads sleep at a barrier instead of spinning: OMP_WAIT_POLICY=PASSIVE
+    in this process's environment, unless the environment already sets a policy. The record says
+    which policy torch's threads follow: the one set, or the environment's, or None for the OpenMP
+    runtime's default where torch was imported before this ran (libgomp reads the variable once,
+    when torch loads it).
+
+    By default libgomp spins up to 300,000 times before it sleeps, which costs nothing on idle
+    cores; on cores shared with other processes every operator's barrier then waits, spinning, for
+    a thread that has no core: measured on a loaded 2-core machine, the forward at 2 threads took
+    4x the wall time and 3-9x the CPU time of 1 thread, and with passive waits less wall time than
+    1 thread (docs/PERFORMANCE.md). Waiting is not arithmetic: the logits are bit-identical either way."""
+    before = environ.get("OMP_WAIT_POLICY")
+    if "torch" in sys.modules:
+        return {"omp_wait_policy": before, "set_by_job": False}
+    if before is None:
+        environ["OMP_WAIT_POLICY"] = OMP_WAIT_POLICY
+    return {"omp_wait_policy": environ["OMP_WAIT_POLICY"], "set_by_job": before is None}
+
+
 def set_deterministic(mode: bool) -> None:
-    """torch.use_deterministic_algorithms(mode), minus its import of torch._inductor.
+    """torch.use_deterministic_algorithms(mode), minus its import of torch._inductor and its fill
+    of new tensors with NaN (below).
 
     The public call imports torch._inductor.config (and with it torch._dynamo, torch.distributed
     and sympy: ~80 MB of resident memory, a tenth of the job's peak) only to copy the flag into
@@ -135,12 +158,21 @@ def set_deterministic(mode: bool) -> None:
     if torch.are_deterministic_algorithms_enabled() != mode:
         raise JobError("torch did not take the deterministic-algorithms setting; report this with "
                        "the torch version.")
+    # Deterministic mode also fills every tensor torch.empty makes with NaN, a guard against kernels
+    # that read memory they never wrote; no operator of the forward does (its logits are bit-identical
+    # either way: tests/job/test_inference.py), and the fill is an extra write over every activation
+    # (about 3% of a 1-thread forward, docs/PERFORMANCE.md). Off: the algorithms stay deterministic.
+    from torch.utils import deterministic
+
+    deterministic.fill_uninitialized_memory = False  # type: ignore[attr-defined]
 
 
 def configure_torch(s: Settings) -> dict[str, Any]:
     """Apply the protocol's threads, seed and determinism; return what torch reports back, with the
     process's memory settings (job.process.configure_process: applied here too when the process
-    started elsewhere than job.cli, e.g. in a test or a benchmark)."""
+    started elsewhere than job.cli, e.g. in a test or a benchmark) and the threads' wait policy
+    (passive_thread_waits: in effect when this is the process's first import of torch)."""
+    waits = passive_thread_waits()
     import torch
 
     from job.process import configure_process
@@ -155,10 +187,12 @@ def configure_torch(s: Settings) -> dict[str, Any]:
         "num_threads": torch.get_num_threads(),
         "num_interop_threads": torch.get_num_interop_threads(),
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "fill_uninitialized_memory": bool(torch._C._get_deterministic_fill_uninitialized_memory()),
         "seed": s.seed,
         "mkldnn_enabled": bool(torch.backends.mkldnn.enabled),
         "parallel_info": torch.__config__.parallel_info().strip().splitlines()[:6],
         "allocator": allocator,
+        "thread_waits": waits,
     }
 
 

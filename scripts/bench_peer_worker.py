@@ -77,9 +77,8 @@ def transformers_model(model_dir: Path, attn: str) -> Any:
 
 
 def job_forward(model_dir: Path, threads: str) -> tuple[Callable[..., Any], dict[str, Any]]:
-    """The job's forward, set up exactly as `python -m job run` sets it up."""
-    import torch
-
+    """The job's forward, set up exactly as `python -m job run` sets it up (configure_torch before
+    torch is first imported, so that its threads wait as a run's do)."""
     from job.model import load_model
     from job.protocol import DEFAULT_PROTOCOL, load_protocol
     from job.runtime import Settings, configure_torch
@@ -87,11 +86,13 @@ def job_forward(model_dir: Path, threads: str) -> tuple[Callable[..., Any], dict
     inference = load_protocol(DEFAULT_PROTOCOL).inference
     s = Settings.from_protocol(inference, None if threads == "default" else int(threads))
     info = configure_torch(s)
+    import torch
+
     model = load_model(model_dir, s)
     choice = s.thread_choice.record() if s.thread_choice else None
     return (lambda ids, mask: model.forward(ids, mask)), {
         "threads": int(torch.get_num_threads()), "thread_choice": choice, "forward": model.choice.record(),
-        "deterministic": info["deterministic_algorithms"]}
+        "deterministic": info["deterministic_algorithms"], "thread_waits": info["thread_waits"]}
 
 
 def hf_forward(model_dir: Path, threads: str, attn: str, compiled: bool) -> tuple[Callable[..., Any], dict[str, Any]]:

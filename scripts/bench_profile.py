@@ -5,10 +5,10 @@
 
 B.npz: batches as scripts/bench_peers.py writes them (`ids_<i>`, `mask_<i>`; its work folder keeps
 one per model). Three forwards run in this process on the same batches: the job's, configured as a
-run configures it (deterministic algorithms, allocator settings); the same without the
-deterministic mode's fill of uninitialised memory (torch.utils.deterministic, which writes NaN
-into every tensor torch.empty makes; the logits are compared bit for bit with the job's); and
-transformers' eager forward under torch's defaults. After a warm-up pass each is timed in CPU
+run configures it (deterministic algorithms without their fill of uninitialised memory, allocator
+settings); the same with that fill (torch.utils.deterministic, which writes NaN into every tensor
+torch.empty makes: torch's default under deterministic algorithms; the logits are compared bit for
+bit with the job's); and transformers' eager forward under torch's defaults. After a warm-up pass each is timed in CPU
 seconds over --repeats passes (CPU time, so that other processes on a shared machine count less),
 then profiled once with torch.profiler, whose table of self CPU time per operator is
 printed. For finding why a peer is faster; not a benchmark (the profiler adds its own overhead)."""
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             torch.use_deterministic_algorithms(before[0])
             det.fill_uninitialized_memory = before[1]
 
-    def run_job(fill: bool = True) -> Any:
+    def run_job(fill: bool = False) -> Any:
         with setting(True, fill):
             return [job(ids, mask).numpy() for ids, mask in batches]
 
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             return [eager(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask)).logits.numpy()
                     for ids, mask in batches]
 
-    paths: dict[str, Any] = {"job": run_job, "job, no fill of uninitialised memory": lambda: run_job(False),
+    paths: dict[str, Any] = {"job": run_job, "job, with the fill of uninitialised memory": lambda: run_job(True),
                              "eager": run_eager}
     cpu: dict[str, list[float]] = {name: [] for name in paths}
     with torch.inference_mode():

@@ -165,6 +165,55 @@ def test_two_passes_are_bit_identical(tiny_world):
     assert np.array_equal(a.batch, b.batch)
 
 
+def padded_layout_forward(model: DistilBertClassifier) -> Any:
+    """The packed forward as it was with attention in transformers' own layout: q, k and v
+    scattered into [B * longest, dim], viewed as [B, heads, longest, head_dim] through transposes
+    (which the batched products copy), scores scaled and masked out of place."""
+    import torch
+    import torch.nn.functional as F
+
+    from job.distilbert import LAYER_NORM_EPS
+
+    def forward(ids: np.ndarray, mask: np.ndarray) -> Any:
+        bsz, width = ids.shape
+        sel_np = np.flatnonzero(mask.reshape(-1))
+        sel, pos, row_of = (torch.from_numpy(a) for a in (sel_np, sel_np % width, sel_np // width))
+        starts = torch.from_numpy(np.concatenate([[0], np.cumsum(mask.sum(axis=1))[:-1]]).astype(np.int64))
+        d, heads = model.dim, model.n_heads
+        words = F.embedding(torch.from_numpy(ids.reshape(-1)[sel_np]), model.word)
+        x = F.layer_norm(words + F.embedding(pos, model.position), (d,), *model.emb_norm, LAYER_NORM_EPS)
+        bias = torch.zeros((bsz, 1, 1, width))
+        bias.masked_fill_(torch.from_numpy(mask == 0)[:, None, None, :], torch.finfo(x.dtype).min)
+        qkv = x.new_zeros((3, bsz * width, d))
+        for layer in model.layers:
+            for j, lin in enumerate((layer.q, layer.k, layer.v)):
+                qkv[j].index_copy_(0, sel, F.linear(x, *lin))
+            q, k, v = (qkv[j].view(bsz, width, heads, d // heads).transpose(1, 2) for j in range(3))
+            scores = torch.matmul(q, k.transpose(2, 3)) * (d // heads) ** -0.5
+            probs = F.softmax(scores + bias, dim=-1)
+            x = F.layer_norm(F.linear(torch.matmul(probs, v).transpose(1, 2)[row_of, pos].reshape(-1, d),
+                                      *layer.out) + x, (d,), *layer.sa_norm, LAYER_NORM_EPS)
+            h = F.linear(F.gelu(F.linear(x, *layer.lin1)), *layer.lin2)
+            x = F.layer_norm(h + x, (d,), *layer.out_norm, LAYER_NORM_EPS)
+        return F.linear(torch.relu(F.linear(x.index_select(0, starts), *model.pre_classifier)), *model.classifier)
+
+    return forward
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_attention_in_its_own_layout_keeps_the_bits_of_transformers_layout(tiny_world, threads):
+    """q, k and v held as [B, heads, longest, head_dim] (no transpose copies) and the scores scaled
+    and masked in place give every logit of every padded batch the same bits as before."""
+    model, texts, s, _ = tiny_model(tiny_world, threads)
+    enc = encode(model.tokenizer, texts, s.max_length)
+    keys = [f"{i:08d}" for i in range(len(texts))]
+    plan = batch_plan(enc.lengths, keys, s.batch_size)
+    assert any(len(set(enc.lengths[rows].tolist())) > 1 for rows in plan)  # padded batches among them
+    ours = run_pool(model.forward, model.pad_id, enc, keys, s).logits
+    before = run_pool(padded_layout_forward(model.forward), model.pad_id, enc, keys, s).logits
+    assert ours.tobytes() == before.tobytes()
+
+
 def test_padded_batch_is_right_padded_with_a_mask():
     ids = [(101, 5, 6, 102), (101, 7, 102), (101, 102)]
     lengths = np.array([len(x) for x in ids], dtype=np.int64)
@@ -241,6 +290,7 @@ def test_set_deterministic_sets_the_aten_flag():
     try:
         set_deterministic(True)
         assert torch.are_deterministic_algorithms_enabled()
+        assert not torch._C._get_deterministic_fill_uninitialized_memory()  # no NaN fill of new tensors
         set_deterministic(False)
         assert not torch.are_deterministic_algorithms_enabled()
     finally:
@@ -326,6 +376,7 @@ def test_a_float16_checkpoint_falls_back_with_its_reason(tiny_world, tmp_path):
 
 def test_configure_torch_reports_the_allocator_settings():
     info = configure_torch(settings())
+    assert info["deterministic_algorithms"] and info["fill_uninitialized_memory"] is False
     assert "malloc" in info["allocator"]
     assert info["allocator"]["arrow_memory_pool"] == "system"  # Arrow's buffers go back with malloc_trim
 

@@ -4,6 +4,8 @@ its upper bound, recorded in environment.json; the logits do not depend on it.""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,7 @@ import pytest
 from job.cli import main
 from job.errors import JobError
 from job.runtime import ThreadChoice, cpu_quota, physical_cores
-from tests.factory import edited_json
+from tests.factory import REPO, edited_json
 from verify.records import check_threads
 from verify.result import Failed
 
@@ -48,6 +50,23 @@ def test_cpu_quota_reads_cgroup_v2_cpu_max(tmp_path: Path) -> None:
     assert cpu_quota(cpu_max) is None
     cpu_max.write_text("150000 100000\n")
     assert cpu_quota(cpu_max) == 2
+
+
+def test_threads_wait_passively_unless_the_environment_or_an_earlier_torch_import_decides() -> None:
+    """OMP_WAIT_POLICY=PASSIVE goes into the environment only before torch is imported (libgomp
+    reads it then) and only where no policy is set; the record says which policy holds."""
+    code = ("import json, sys\n"
+            "from job.runtime import passive_thread_waits\n"
+            "env, given = {}, {'OMP_WAIT_POLICY': 'ACTIVE'}\n"
+            "out = [passive_thread_waits(env), env, passive_thread_waits(given), given]\n"
+            "import torch\n"
+            "out += [passive_thread_waits(late := {}), late]\n"
+            "print(json.dumps(out))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout) == [
+        {"omp_wait_policy": "PASSIVE", "set_by_job": True}, {"OMP_WAIT_POLICY": "PASSIVE"},
+        {"omp_wait_policy": "ACTIVE", "set_by_job": False}, {"OMP_WAIT_POLICY": "ACTIVE"},
+        {"omp_wait_policy": None, "set_by_job": False}, {}]
 
 
 def test_the_run_records_its_thread_choice(tiny_bundle: Path) -> None:
