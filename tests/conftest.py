@@ -76,6 +76,29 @@ def tiny_bundle(tiny_world: tuple[Path, Path], signing_key_dir: Path, tmp_path_f
 
 
 @pytest.fixture(scope="session")
+def reproducer_keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A reproducer's key pair (signing-key.pem, signing-key.pub.pem), not the bundle signer's."""
+    from bundle.keys import generate
+
+    out = tmp_path_factory.mktemp("reproducer") / "k"
+    generate(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_reproduction(tiny_bundle: Path, tiny_world: tuple[Path, Path], reproducer_keys: Path,
+                      tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An honest full reproduction of tiny_bundle (`job reproduce`), signed with reproducer_keys.
+    Treat as read-only: copy or re-sign before editing."""
+    from job.cli import main
+
+    out = tmp_path_factory.mktemp("reproduction") / "full.json"
+    assert main(["reproduce", str(tiny_bundle), "--out", str(out), "--signing-key",
+                 str(reproducer_keys / "signing-key.pem"), "--resources", str(tiny_world[1]), "--no-progress"]) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
 def _tiny_payload(tiny_world: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     from job.pipeline import execute
     from job.protocol import load_protocol

@@ -1,7 +1,8 @@
-"""The edges of all three command lines (`python -m verify`, `python -m job`, `python -m bundle`),
-run as a user runs them, in a child process: an operator file that is a FIFO, a device, too large
-or two PEM blocks gets one sentence and exit 2, quickly; an empty path is a usage error; a closed
-stdout or an ASCII-only one never turns into a traceback and never changes the exit code."""
+"""The edges of all three command lines (`python -m verify`, `python -m job`, `python -m bundle`):
+an operator file that is a FIFO, a device, too large or two PEM blocks gets one sentence and exit
+2, quickly; an empty path is a usage error (both in this process, tests/cli.py); a closed stdout or
+an ASCII-only one never turns into a traceback and never changes the exit code (run as a user runs
+them, in a child process, since only a process has its own stdout and encoding)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from bundle.archive import archive
 from bundle.keys import generate
+from tests.cli import Ran, run_bundle, run_job, run_verify
 from tests.verify.tamper import Keys, copy_bag, synthetic_bag, verify_keys  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,19 +85,20 @@ def test_operator_files_refused_in_one_sentence(command: str, bad: str,
                                                 world: dict[str, Path]) -> None:
     path = str(world["two-pub" if bad == "two" and command.startswith("verify") else bad])
     out = str(world["work"] / f"out-{command.replace(' ', '-')}-{bad}")
-    args = {
-        "bundle cosign": ["-m", "bundle", "cosign", str(world["bag"]), "--signing-key", path],
-        "job reproduce --signing-key": ["-m", "job", "reproduce", str(world["tar"]), "--out", out,
-                                        "--signing-key", path],
-        "job reproduce --resources": ["-m", "job", "reproduce", str(world["tar"]), "--out", out,
-                                      "--signing-key", str(world["key"]), "--resources", path],
-        "job run --protocol": ["-m", "job", "run", "--protocol", path, "--out", out,
-                               "--ephemeral-key"],
-        "verify --trusted-key": ["-m", "verify", str(world["tar"]), "--trusted-key", path],
+    run, args = {
+        "bundle cosign": (run_bundle, ["cosign", str(world["bag"]), "--signing-key", path]),
+        "job reproduce --signing-key": (run_job, ["reproduce", str(world["tar"]), "--out", out,
+                                                  "--signing-key", path]),
+        "job reproduce --resources": (run_job, ["reproduce", str(world["tar"]), "--out", out,
+                                                "--signing-key", str(world["key"]), "--resources", path]),
+        "job run --protocol": (run_job, ["run", "--protocol", path, "--out", out, "--ephemeral-key"]),
+        "verify --trusted-key": (run_verify, [str(world["tar"]), "--trusted-key", path]),
     }[command]
-    code, _, err, seconds = _run(args)
-    line = _one_sentence(err)
-    assert code == 2, err
+    start = time.perf_counter()
+    ran: Ran = run(args, timeout=60)
+    seconds = time.perf_counter() - start
+    line = _one_sentence(ran.err)
+    assert ran.code == 2, ran.err
     words = {"zero": "regular file", "fifo": "regular file", "big": "bytes",
              "two": "more than one PEM block"}[bad]
     assert words in line, line
@@ -102,16 +106,16 @@ def test_operator_files_refused_in_one_sentence(command: str, bad: str,
     assert not os.path.lexists(out)
 
 
-@pytest.mark.parametrize("args", [
-    ["-m", "verify", ""],
-    ["-m", "bundle", "archive", ""],
-    ["-m", "bundle", "cosign", "", "--signing-key", "k.pem"],
-    ["-m", "job", "reproduce", "", "--out", "a.json", "--signing-key", "k.pem"],
+@pytest.mark.parametrize(("run", "args"), [
+    (run_verify, [""]),
+    (run_bundle, ["archive", ""]),
+    (run_bundle, ["cosign", "", "--signing-key", "k.pem"]),
+    (run_job, ["reproduce", "", "--out", "a.json", "--signing-key", "k.pem"]),
 ])
-def test_empty_path_is_a_usage_error(args: list[str]) -> None:
-    code, out, err, _ = _run(args)
-    assert code == 2 and out == ""
-    assert "empty path" in _one_sentence(err)
+def test_empty_path_is_a_usage_error(run: Callable[[list[str]], Ran], args: list[str]) -> None:
+    ran = run(args)
+    assert ran.code == 2 and ran.out == ""
+    assert "empty path" in _one_sentence(ran.err)
 
 
 @pytest.mark.parametrize("edge", ["closed", "broken-pipe", "ascii"])

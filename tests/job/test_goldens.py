@@ -6,15 +6,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.factory import REPO, make_lock
+from tests.factory import make_lock
 from tests.goldens import (
     EXACT,
     FIGURES,
@@ -189,11 +187,13 @@ def test_exact_digests_are_compared_only_on_the_cpu_kind_that_recorded_them(tiny
         compare("tiny", bundle, None, goldens, kind)
 
 
-def test_update_goldens_without_a_reason_is_a_usage_error() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--update-goldens= ",
-         "tests/job/test_goldens.py::test_the_goldens_pin_rows_figures_and_exact_digests_by_cpu_kind"],
-        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
-    )
-    assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout + done.stderr
-    assert "--update-goldens needs a reason" in done.stderr
+def test_update_goldens_without_a_reason_is_a_usage_error(pytestconfig: pytest.Config) -> None:
+    """The check pytest runs at configuration (tests/conftest.py), given --update-goldens=' '."""
+    from tests.conftest import pytest_configure
+
+    class Blank:
+        def getoption(self, name: str) -> object:
+            return " " if name == "--update-goldens" else pytestconfig.getoption(name)
+
+    with pytest.raises(pytest.UsageError, match="--update-goldens needs a reason"):
+        pytest_configure(Blank())  # type: ignore[arg-type]

@@ -4,10 +4,7 @@ derived files (bootstrap, stability, figures, report, crate) of that bundle chec
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +16,7 @@ from job.metrics import compute_metrics
 from job.predictions import read_logits
 from job.protocol import StabilitySpec, load_protocol
 from scripts.payload_report import load_docs, report_markdown
+from tests.cli import run_verify
 from tests.factory import make_world
 from tests.payload import bootstrap_from_files, stability_from_files
 from verify.report_md import compare, parse_tables
@@ -57,13 +55,11 @@ def test_predictions_have_k_columns(three_class_bundle: Path):
 def test_the_verifier_accepts_the_three_class_bundle(three_class_bundle: Path, signing_key_dir: Path,
                                                       tmp_path: Path):
     report = tmp_path / "verify.json"
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.run([sys.executable, "-m", "verify", str(three_class_bundle), "--trusted-key",
-                           str(signing_key_dir / "signing-key.pub.pem"), "--json", str(report)],
-                          capture_output=True, text=True, cwd=REPO, env=env, timeout=300, check=False)
+    ran = run_verify([str(three_class_bundle), "--trusted-key", str(signing_key_dir / "signing-key.pub.pem"),
+                      "--json", str(report)])
     failed = [c for c in json.loads(report.read_text())["checks"] if c["status"] == "fail"] \
-        if report.exists() else proc.stdout[-3000:]
-    assert proc.returncode == 0, failed
+        if report.exists() else ran.out[-3000:]
+    assert ran.code == 0, failed
 
 
 def test_derived_files_for_k_classes(three_class_bundle: Path, tmp_path: Path):

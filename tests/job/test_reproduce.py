@@ -29,12 +29,10 @@ from verify.reproduction import draw_batches as verifier_draw_batches
 from verify.reproduction import draw_rows as verifier_draw_rows
 
 
-@pytest.fixture(scope="module")
-def reproducer(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A reproducer's key pair (signing-key.pem, signing-key.pub.pem), not the bundle signer's."""
-    out = tmp_path_factory.mktemp("reproducer") / "k"
-    generate(out)
-    return out
+@pytest.fixture
+def reproducer(reproducer_keys: Path) -> Path:
+    """The session's reproducer key pair (tests/conftest.py)."""
+    return reproducer_keys
 
 
 def reproduce(bundle: Path, out: Path, key_dir: Path, lock: Path, *extra: str) -> int:
@@ -60,13 +58,10 @@ def resign(att: Path, out: Path, key_dir: Path, edit: Any) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
-def full(tiny_bundle: Path, tiny_world: tuple[Path, Path], reproducer: Path,
-         tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An honest full reproduction of the tiny bundle."""
-    out = tmp_path_factory.mktemp("att") / "full.json"
-    assert reproduce(tiny_bundle, out, reproducer, tiny_world[1]) == 0
-    return out
+@pytest.fixture
+def full(tiny_reproduction: Path) -> Path:
+    """The session's honest full reproduction of the tiny bundle, by `reproducer` (tests/conftest.py)."""
+    return tiny_reproduction
 
 
 @pytest.fixture(scope="module")

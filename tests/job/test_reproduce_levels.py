@@ -78,19 +78,16 @@ def line(out: str, check: str) -> str:
     return next(x for x in out.splitlines() if check in x)
 
 
-@pytest.fixture(scope="module")
-def reproducer(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("reproducer") / "k"
-    generate(out)
-    return out
+@pytest.fixture
+def reproducer(reproducer_keys: Path) -> Path:
+    """The session's reproducer key pair (tests/conftest.py)."""
+    return reproducer_keys
 
 
-@pytest.fixture(scope="module")
-def full(tiny_bundle: Path, tiny_world: tuple[Path, Path], reproducer: Path,
-         tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("att") / "full.json"
-    assert reproduce(tiny_bundle, out, reproducer, tiny_world[1]) == 0
-    return out
+@pytest.fixture
+def full(tiny_reproduction: Path) -> Path:
+    """The session's honest full reproduction of the tiny bundle, by `reproducer` (tests/conftest.py)."""
+    return tiny_reproduction
 
 
 def _run_edited(tiny_world: tuple[Path, Path], key_dir: Path, out: Path, monkeypatch_target: str, edit: Any) -> Path:

@@ -5,14 +5,13 @@ format, and that a verifier refuses with an upgrade sentence when it does not re
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from bundle import layout
 from bundle.dsse import Envelope
+from tests.cli import run_verify
 from verify import compat
 from verify.result import Failed
 
@@ -36,13 +35,12 @@ def test_every_format_this_code_wrote_has_a_golden() -> None:
 @pytest.mark.parametrize("version", VERSIONS)
 def test_golden_bundle_verifies_with_the_committed_key(version: int) -> None:
     golden, key = _golden(version)
-    result = subprocess.run([sys.executable, "-m", "verify", str(golden), "--trusted-key", str(key)],
-                            cwd=REPO, capture_output=True, text=True, check=False, timeout=300)
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-    assert "PASS    format.version" in result.stdout and "VERIFIED" in result.stdout
+    result = run_verify([str(golden), "--trusted-key", str(key)])
+    assert result.code == 0, result.out[-4000:] + result.err[-2000:]
+    assert "PASS    format.version" in result.out and "VERIFIED" in result.out
     # the tiny world's audit accuracy is below chance: every format gets the warning, recorded or not
-    assert "WARNING: accuracy 45.0% is below chance (50.0%)" in result.stdout
-    assert ("records none" in result.stdout) == (version == 1)
+    assert "WARNING: accuracy 45.0% is below chance (50.0%)" in result.out
+    assert ("records none" in result.out) == (version == 1)
 
 
 @pytest.mark.parametrize("version", VERSIONS)

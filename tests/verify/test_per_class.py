@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +15,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from job.perclass import max_assignment
+from tests.cli import Ran, run_verify
 from tests.synthetic import make_bundle, protocol_bytes
 from tests.verify.tamper import copy_bag, edit_json, reseal
 from verify.perclass import check_permutation, exhaustive_best
@@ -48,9 +47,8 @@ def swapped(tmp_path_factory: pytest.TempPathFactory, keyed: tuple[Ed25519Privat
                        relabel=RELABEL)
 
 
-def _verify(bag: Path, pub: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "verify", str(bag), "--trusted-key", str(pub), *extra],
-                          cwd=REPO, capture_output=True, text=True, check=False, timeout=300)
+def _verify(bag: Path, pub: Path, *extra: str) -> Ran:
+    return run_verify([str(bag), "--trusted-key", str(pub), *extra])
 
 
 def test_a_shuffled_label_order_warns_loudly_and_names_the_permutation(swapped: Path,
@@ -68,9 +66,9 @@ def test_a_shuffled_label_order_warns_loudly_and_names_the_permutation(swapped: 
     assert "**WARNING: reading each predicted label through the permutation" in report
     assert "### Per class, audit pool" in report and "| 2 | business |" in report
     result = _verify(swapped, keyed[1])
-    assert result.returncode == 0, result.stdout[-3000:]
-    assert "PASS    metrics.per-class" in result.stdout
-    assert "WARNING: reading each predicted label through the permutation 0 -> 2" in result.stdout
+    assert result.code == 0, result.out[-3000:]
+    assert "PASS    metrics.per-class" in result.out
+    assert "WARNING: reading each predicted label through the permutation 0 -> 2" in result.out
 
 
 def test_a_signer_cannot_drop_the_warning(swapped: Path, keyed: tuple[Ed25519PrivateKey, Path],
@@ -80,8 +78,8 @@ def test_a_signer_cannot_drop_the_warning(swapped: Path, keyed: tuple[Ed25519Pri
                                                                    if not w.startswith("reading")]))
     reseal(bag, keyed[0])
     result = _verify(bag, keyed[1])
-    assert result.returncode == 1
-    assert "FAIL    metrics.warnings" in result.stdout
+    assert result.code == 1
+    assert "FAIL    metrics.warnings" in result.out
 
 
 def test_a_signer_cannot_drop_the_per_class_results(swapped: Path, keyed: tuple[Ed25519PrivateKey, Path],
@@ -90,8 +88,8 @@ def test_a_signer_cannot_drop_the_per_class_results(swapped: Path, keyed: tuple[
     edit_json(bag, "data/metrics.json", lambda m: m.pop("per_class") and None)
     reseal(bag, keyed[0])
     result = _verify(bag, keyed[1])
-    assert result.returncode == 1
-    assert "FAIL    metrics.per-class" in result.stdout and "always writes per_class" in result.stdout
+    assert result.code == 1
+    assert "FAIL    metrics.per-class" in result.out and "always writes per_class" in result.out
 
 
 def test_a_forged_best_permutation_is_refused(swapped: Path, keyed: tuple[Ed25519PrivateKey, Path],
@@ -108,8 +106,8 @@ def test_a_forged_best_permutation_is_refused(swapped: Path, keyed: tuple[Ed2551
     edit_json(bag, "data/metrics.json", forge)
     reseal(bag, keyed[0])
     result = _verify(bag, keyed[1])
-    assert result.returncode == 1
-    assert "FAIL    metrics.per-class" in result.stdout
+    assert result.code == 1
+    assert "FAIL    metrics.per-class" in result.out
 
 
 def test_the_assignment_is_optimal_and_certified_against_every_permutation() -> None:
@@ -137,16 +135,16 @@ def test_a_tolerance_above_the_default_needs_the_readers_consent(keyed: tuple[Ed
     doc["reproduction"] = {"logit_tolerance": 0.01}
     bag = make_bundle(tmp_path / "bag", keyed[0], protocol=json.dumps(doc, indent=2).encode() + b"\n")
     refused = _verify(bag, keyed[1])
-    assert refused.returncode == 1
-    failed = [line for line in refused.stdout.splitlines() if line.startswith("FAIL")]
+    assert refused.code == 1
+    failed = [line for line in refused.out.splitlines() if line.startswith("FAIL")]
     assert len(failed) == 1 and failed[0].split()[1] == "reproduction.tolerance"
     assert failed[0].endswith("the protocol pre-registers a logit tolerance of 0.01, 100 times the format default "
                               "0.0001, above the 0.0001 you accept; pass --max-tolerance 0.01 to accept it.")
     accepted = _verify(bag, keyed[1], "--max-tolerance", "0.01")
-    assert accepted.returncode == 0, accepted.stdout[-3000:]
+    assert accepted.code == 0, accepted.out[-3000:]
     assert "reproduction tolerance 0.01 per logit (the protocol's, 100 times the format default 0.0001)" \
-        in accepted.stdout
-    assert "an equivalent reproduction can move audit calibrated NLL by" in accepted.stdout
+        in accepted.out
+    assert "an equivalent reproduction can move audit calibrated NLL by" in accepted.out
     report = (bag / "data" / "report.md").read_text()
     assert "within 0.01 of the stored one (the protocol's; the format's default is 0.0001)" in report
 
@@ -155,9 +153,9 @@ def test_a_tolerance_above_the_default_needs_the_readers_consent(keyed: tuple[Ed
 def test_the_golden_bundles_state_the_default_tolerance(version: int) -> None:
     golden = REPO / "tests" / "goldens" / f"bundle-v{version}"
     result = _verify(golden, REPO / "tests" / "goldens" / f"bundle-v{version}.pub.pem")
-    assert result.returncode == 0
-    assert "PASS    reproduction.tolerance" in result.stdout
-    assert "reproduction tolerance 0.0001 per logit" in result.stdout
+    assert result.code == 0
+    assert "PASS    reproduction.tolerance" in result.out
+    assert "reproduction tolerance 0.0001 per logit" in result.out
 
 
 def test_a_greedy_permutation_undoes_a_large_shuffle() -> None:

@@ -9,8 +9,6 @@ import copy
 import hashlib
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from bundle import layout
 from bundle.canonical import dumps
 from bundle.keys import fingerprint
+from tests.cli import run_verify
 from verify import vsa
 from verify.__main__ import main
 from verify.result import Check
@@ -185,10 +184,9 @@ def test_options_that_mean_nothing_are_one_sentence(argv: list[str], journal: tu
                                                     tmp_path: Path) -> None:
     _, private, _ = journal
     names = {"BUNDLE": str(GOLDEN), "KEY": str(private), "OUT": str(tmp_path / "vsa.json")}
-    done = subprocess.run([sys.executable, "-m", "verify", *(names.get(a, a) for a in argv)], cwd=REPO,
-                          capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.count("\n") == 1 and done.stderr.startswith("verify: ")
+    done = run_verify([names.get(a, a) for a in argv])
+    assert done.code == 2, done.err
+    assert done.err.count("\n") == 1 and done.err.startswith("verify: ")
     assert not (tmp_path / "vsa.json").exists()
 
 
