@@ -14,10 +14,12 @@ of the source tree TREE (default: this repository) in a child process:
 The worlds' inputs are generated once into --worlds (default OUT/../bundle-diff-worlds) and reused,
 so that two sets read the same files at the same paths.
 
-`compare` lists every file of the two sets that differs. A difference confined to timings (the
-`timings_s` of data/environment.json and what depends on those bytes: the manifests, bag-info.txt's
-Payload-Oxum, the statement's subject digests and the envelope's signature) is reported as such; any
-other difference is reported with the first differing line, and the exit status is 1.
+`compare` lists every file of the two sets that differs. A difference confined to timings and the
+source tree's commit (data/environment.json's `timings_s`, `stage_times`, `peak_rss_mb` and
+`git_commit`, the commit where report.md and the crate repeat it, and what depends on those bytes:
+the crate's digest of environment.json, the manifests, bag-info.txt's Payload-Oxum, the statement's
+subject digests and the envelope's signature) is reported as such; any other difference is reported
+with its first differing line, and the exit status is 1.
 
 To compare the merged tree with the bundles of the tree before the format core was separated:
     python -m scripts.bundle_diff make /tmp/after --worlds /work/bundle-diff-worlds
@@ -40,8 +42,11 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 WORLDS = ("tiny", "tiny-bert3", "standin", "large")
-TIMING_KEYS = frozenset({"timings_s"})
+VOLATILE_KEYS = frozenset({"timings_s", "stage_times", "peak_rss_mb", "git_commit"})
+"""environment.json's fields that differ from run to run (timings, peak memory) or name the source
+tree's commit, which differs between the two trees by construction."""
 ENVIRONMENT = "data/environment.json"
+CRATE = "data/ro-crate-metadata.json"
 
 
 def fixed_key(out: Path) -> Path:
@@ -116,28 +121,44 @@ def make(out: Path, repo: Path, worlds: Path, only: list[str]) -> int:
     return 0
 
 
-def _without_timings(doc: Any) -> Any:
+def _without_volatile(doc: Any) -> Any:
     if isinstance(doc, dict):
-        return {k: _without_timings(v) for k, v in doc.items() if k not in TIMING_KEYS}
+        return {k: _without_volatile(v) for k, v in doc.items() if k not in VOLATILE_KEYS}
     if isinstance(doc, list):
-        return [_without_timings(v) for v in doc]
+        return [_without_volatile(v) for v in doc]
     return doc
+
+
+def _commit(root: Path) -> str | None:
+    try:
+        value = json.loads((root / ENVIRONMENT).read_bytes()).get("git_commit")
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, str) and value else None
 
 
 def _statement(envelope: bytes) -> dict[str, Any]:
     return json.loads(base64.b64decode(json.loads(envelope)["payload"]))
 
 
-def _timing_only(rel: str, a: bytes, b: bytes, timing_files: set[str]) -> bool:
-    """Whether the difference between a and b follows from the timing-only files' bytes alone."""
+def _same_apart_from_timings(rel: str, a: bytes, b: bytes, volatile: set[str]) -> bool:
+    """Whether a and b differ only by timings, the commit (already replaced by a placeholder) and
+    what follows from the bytes of the files in `volatile`."""
     name = rel.rsplit("/", 1)[-1]
     if rel == ENVIRONMENT:
-        return _without_timings(json.loads(a)) == _without_timings(json.loads(b))
+        return bool(_without_volatile(json.loads(a)) == _without_volatile(json.loads(b)))
+    if rel == CRATE:
+        def masked(data: bytes) -> Any:
+            doc = json.loads(data)
+            for entity in doc.get("@graph", []):
+                if entity.get("@id") in {v.removeprefix("data/") for v in volatile}:
+                    entity.pop("sha256", None)
+                    entity.pop("contentSize", None)
+            return doc
+        return bool(masked(a) == masked(b))
     if name.startswith(("manifest-", "tagmanifest-")):
         def rest(data: bytes) -> list[str]:
-            return [line for line in data.decode().splitlines()
-                    if line.split(maxsplit=1)[-1] not in timing_files and not line.split(maxsplit=1)[-1]
-                    .startswith(("manifest-", "bag-info.txt", "metadata/"))]
+            return [line for line in data.decode().splitlines() if line.split(maxsplit=1)[-1] not in volatile]
         return rest(a) == rest(b)
     if name == "bag-info.txt":
         def keep(data: bytes) -> list[str]:
@@ -145,25 +166,30 @@ def _timing_only(rel: str, a: bytes, b: bytes, timing_files: set[str]) -> bool:
         return keep(a) == keep(b)
     if name.endswith((".intoto.json", ".dsse.json")):
         sa, sb = _statement(a), _statement(b)
-        for s in (sa, sb):
-            s["subject"] = [x for x in s.get("subject", []) if x.get("name") not in timing_files]
+        for st in (sa, sb):
+            st["subject"] = [x for x in st.get("subject", []) if x.get("name") not in volatile]
         return bool(sa == sb)
     return False
 
 
+def _tag_file_last(rel: str) -> tuple[int, str]:
+    """data/ first (environment.json, then the rest, the crate last), then the tag files, the
+    manifests before the tag manifests and the envelope: each may differ only through the ones before."""
+    order = 0 if rel == ENVIRONMENT else 2 if rel == CRATE else 1 if rel.startswith("data/") else \
+        3 if rel.startswith("manifest-") or rel == "bag-info.txt" else 4
+    return order, rel
+
+
 def compare(before: Path, after: Path) -> int:
     bad = 0
-    for world in sorted({p.name for p in before.iterdir() if p.is_dir()} & {p.name for p in after.iterdir()
-                                                                         if p.is_dir()}):
+    worlds = sorted({p.name for p in before.iterdir() if p.is_dir()} & {p.name for p in after.iterdir() if p.is_dir()})
+    for world in worlds:
         a_root, b_root = before / world, after / world
         files = sorted({str(p.relative_to(a_root)) for p in a_root.rglob("*") if p.is_file()}
-                       | {str(p.relative_to(b_root)) for p in b_root.rglob("*") if p.is_file()})
+                       | {str(p.relative_to(b_root)) for p in b_root.rglob("*") if p.is_file()}, key=_tag_file_last)
+        commits = [(c.encode(), b"<commit>") for c in (_commit(a_root), _commit(b_root)) if c]
         same, timing, other = 0, [], []
-        timing_files: set[str] = set()
-        a_env, b_env = a_root / ENVIRONMENT, b_root / ENVIRONMENT
-        if a_env.is_file() and b_env.is_file() and a_env.read_bytes() != b_env.read_bytes() \
-                and _timing_only(ENVIRONMENT, a_env.read_bytes(), b_env.read_bytes(), set()):
-            timing_files.add(ENVIRONMENT)
+        volatile: set[str] = set()
         for rel in files:
             a, b = a_root / rel, b_root / rel
             if not a.is_file() or not b.is_file():
@@ -172,18 +198,24 @@ def compare(before: Path, after: Path) -> int:
             da, db = a.read_bytes(), b.read_bytes()
             if da == db:
                 same += 1
-            elif _timing_only(rel, da, db, timing_files):
+                continue
+            na, nb = da, db
+            for commit, placeholder in commits:
+                na, nb = na.replace(commit, placeholder), nb.replace(commit, placeholder)
+            if na == nb or _same_apart_from_timings(rel, na, nb, volatile):
                 timing.append(rel)
+                volatile.add(rel)
             else:
                 la, lb = da.decode(errors="replace").splitlines(), db.decode(errors="replace").splitlines()
                 first = next((i for i, (x, y) in enumerate(zip(la, lb, strict=False)) if x != y), min(len(la), len(lb)))
                 other.append(f"{rel}: line {first + 1}: {la[first][:160] if first < len(la) else '<end>'!r} -> "
                              f"{lb[first][:160] if first < len(lb) else '<end>'!r}")
-        print(f"{world}: {len(files)} files, {same} identical, {len(timing)} differ in timings only"
+        print(f"{world}: {len(files)} files, {same} identical, {len(timing)} differ only in timings and the commit"
               f"{' (' + ', '.join(timing) + ')' if timing else ''}, {len(other)} differ otherwise")
         for line in other:
             print(f"  DIFFERS {line}")
         bad += len(other)
+    print("no difference apart from timings and the commit" if not bad else f"{bad} file(s) differ")
     return 1 if bad else 0
 
 

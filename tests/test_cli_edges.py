@@ -1,4 +1,4 @@
-"""The edges of all three command lines (`python -m verify`, `python -m job`, `python -m bundle`),
+"""The edges of both command lines (`python -m verify`, `python -m job`),
 run as a user runs them, in a child process: an operator file that is a FIFO, a device, too large
 or two PEM blocks gets one sentence and exit 2, quickly; an empty path is a usage error; a closed
 stdout or an ASCII-only one never turns into a traceback and never changes the exit code."""
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from bundle.archive import archive
-from bundle.keys import generate
+from job.publishing.archive import archive
+from job.publishing.signing_keys import generate
 from tests.verify.tamper import Keys, copy_bag, synthetic_bag, verify_keys  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,7 +70,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, synthetic_bag: Path,  # noqa
             "big": work / "big", "zero": Path("/dev/zero"), "work": work}
 
 
-_KEY_OPTIONS = ("bundle cosign", "job reproduce --signing-key", "verify --trusted-key")
+_KEY_OPTIONS = ("job cosign", "job reproduce --signing-key", "verify --trusted-key")
 _DOCUMENT_OPTIONS = ("job reproduce --resources", "job run --protocol")
 
 
@@ -83,7 +83,7 @@ def test_operator_files_refused_in_one_sentence(command: str, bad: str,
     path = str(world["two-pub" if bad == "two" and command.startswith("verify") else bad])
     out = str(world["work"] / f"out-{command.replace(' ', '-')}-{bad}")
     args = {
-        "bundle cosign": ["-m", "bundle", "cosign", str(world["bag"]), "--signing-key", path],
+        "job cosign": ["-m", "job", "cosign", str(world["bag"]), "--signing-key", path],
         "job reproduce --signing-key": ["-m", "job", "reproduce", str(world["tar"]), "--out", out,
                                         "--signing-key", path],
         "job reproduce --resources": ["-m", "job", "reproduce", str(world["tar"]), "--out", out,
@@ -104,8 +104,8 @@ def test_operator_files_refused_in_one_sentence(command: str, bad: str,
 
 @pytest.mark.parametrize("args", [
     ["-m", "verify", ""],
-    ["-m", "bundle", "archive", ""],
-    ["-m", "bundle", "cosign", "", "--signing-key", "k.pem"],
+    ["-m", "job", "archive", ""],
+    ["-m", "job", "cosign", "", "--signing-key", "k.pem"],
     ["-m", "job", "reproduce", "", "--out", "a.json", "--signing-key", "k.pem"],
 ])
 def test_empty_path_is_a_usage_error(args: list[str]) -> None:
@@ -127,7 +127,7 @@ def test_verify_output_edges_keep_the_exit_code(edge: str, world: dict[str, Path
 @pytest.mark.parametrize("edge", ["closed", "broken-pipe", "ascii"])
 def test_bundle_output_edges_keep_the_exit_code(edge: str, world: dict[str, Path]) -> None:
     target = world["work"] / f"r\u00e9-{edge}.tar.gz"
-    code, out, err, _ = _run(["-m", "bundle", "archive", str(world["bag"]), "--out", str(target)],
+    code, out, err, _ = _run(["-m", "job", "archive", str(world["bag"]), "--out", str(target)],
                              close_stdout=edge == "closed", broken_pipe=edge == "broken-pipe",
                              env={"PYTHONIOENCODING": "ascii"} if edge == "ascii" else None)
     assert err == "" and code == 0 and target.is_file(), err

@@ -15,7 +15,9 @@ import unicodedata
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Final
 
-from verify import limits, ustar
+from bundle import limits
+from bundle.userfile import describe
+from verify import ustar
 from verify.context import Context
 from verify.result import Failed, InputError, UnsafeArchive
 
@@ -123,7 +125,7 @@ def _open_archive(archive: Path) -> BinaryIO:
     try:
         fd = os.open(archive, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
-        raise InputError(f"{archive} cannot be read ({limits.describe(exc)}); pass the bag "
+        raise InputError(f"{archive} cannot be read ({describe(exc)}); pass the bag "
                          "folder or the archive the job wrote.") from exc
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
@@ -227,7 +229,7 @@ def extract_archive(archive: Path, dest: Path) -> str:
         except ustar.Unreadable as exc:
             raise InputError(f"{archive}: {exc}") from None
         except OSError as exc:
-            raise InputError(f"{archive} cannot be read ({limits.describe(exc)}); fetch the "
+            raise InputError(f"{archive} cannot be read ({describe(exc)}); fetch the "
                              "archive again.") from exc
         except MemoryError as exc:
             raise InputError(f"{archive} does not fit in memory while extracting; pass the "

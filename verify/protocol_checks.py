@@ -4,10 +4,22 @@ pre-registered one when the user gave one, and its sizes are within the format's
 
 from __future__ import annotations
 
-from bundle import layout
-from bundle import limits
+from typing import Any
+
+from bundle import layout, limits
+from bundle.errors import ProtocolOutOfBounds
 from verify.context import Context
 from verify.result import DigestMismatch, Failed, ValueMismatch
+
+
+def bounded_dimensions(protocol: Any) -> limits.Dimensions:
+    """bundle.limits.dimensions for a check that needs them: a protocol beyond the format's
+    bounds raises Failed (the check is not done; protocol.bounds says why)."""
+    try:
+        return limits.dimensions(protocol)
+    except ProtocolOutOfBounds as exc:
+        raise Failed(f"not checked: {exc} (see protocol.bounds).", **exc.details) from exc
+
 
 def check_protocol_everywhere(protocol_sha: str, named: dict[str, str]) -> str:
     """`named` maps a place (record, field) to the protocol sha256 it names."""
@@ -59,7 +71,7 @@ def protocol_bounds(ctx: Context) -> str:
     """The protocol's rows, classes, steps and resamples are within the verifier's bounds."""
     try:
         dims = limits.dimensions(ctx.doc(layout.PROTOCOL_JSON))
-    except limits.ProtocolOutOfBounds as exc:
+    except ProtocolOutOfBounds as exc:
         raise Failed(f"{exc}; the verifier refuses a bundle it cannot check in bounded time and "
                      "memory (FORMAT.md, Limits).") from exc
     return (f"{dims.rows:,} rows, {dims.classes} classes, {dims.steps} steps, "

@@ -9,6 +9,7 @@ from bundle import layout
 from verify.context import Context
 from verify.result import Failed
 
+
 def check_threads(environment: dict[str, Any], protocol: dict[str, Any]) -> str:
     """The run's thread count keeps to the protocol: environment.json's `threads` names the
     protocol's torch_threads as its bound, used lies within it and is the count torch reported, and

@@ -1,4 +1,4 @@
-"""A strict reader of the one tar dialect `bundle archive` writes, and nothing else.
+"""A strict reader of the one tar dialect `job archive` writes, and nothing else.
 
 `bundle archive` writes a single gzip member holding POSIX ustar headers (magic "ustar\\0",
 version "00") for regular files (type '0') and folders (type '5', name ending in one '/'), mode

@@ -1,30 +1,28 @@
-"""`python -m bundle keygen --out DIR`, `python -m bundle archive BUNDLE [--out FILE]` and
-`python -m bundle cosign BUNDLE --signing-key KEY.pem [--trusted-key PUB.pem]` (which runs the
-verifier on the bundle first and refuses one that does not verify).
+"""The publishing commands of `python -m job` (and `calibration-job`): `keygen --out DIR`,
+`archive BUNDLE [--out FILE]` and `cosign BUNDLE --signing-key KEY.pem [--trusted-key PUB.pem]`
+(which runs the verifier on the bundle first and refuses one that does not verify).
 
-Data goes to stdout; an error is one line on stderr and exit status 2.
-"""
+Data goes to stdout; an error is a BundleError, which job.cli prints as one line on stderr with
+exit status 2. None of these imports torch."""
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
-from collections.abc import Sequence
+from typing import Any, Final
 
-from bundle import keys
-from bundle.archive import archive
-from bundle.cosign import cosign, refresh_archive, verified_before_cosigning
 from bundle.digests import sha256_file
 from bundle.errors import BundleError
-from bundle.terminal import nonempty_path, tolerant_stdout
+from bundle.terminal import nonempty_path
+from job.publishing import signing_keys as keys
+from job.publishing.archive import archive
+from job.publishing.cosign import cosign, refresh_archive, verified_before_cosigning
+
+COMMANDS: Final = ("keygen", "archive", "cosign")
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m bundle", description="Keys and archives for calibration bundles."
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
+def add_commands(sub: Any) -> None:
+    """Add keygen, archive and cosign to the subparsers `sub` (argparse's add_subparsers())."""
     keygen = sub.add_parser(
         "keygen",
         help="create an Ed25519 signing key pair",
@@ -60,47 +58,32 @@ def _parser() -> argparse.ArgumentParser:
     co.add_argument("--trusted-key", type=nonempty_path, metavar="PUB.pem",
                     help="the original signer's public key: the bundle must verify as signed by it "
                          "(without it, the bundle must verify intact under the key it carries)")
-    return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit status."""
-    with tolerant_stdout():
-        return _main(argv)
-
-
-def _main(argv: Sequence[str] | None) -> int:
-    args = _parser().parse_args(argv)
-    try:
-        if args.command == "keygen":
-            passphrase = os.environ.get(keys.PASSPHRASE_ENV)
-            fp = keys.generate(args.out, passphrase=passphrase.encode() if passphrase else None)
-            print(f"fingerprint {fp}")
-            print(f"private {args.out / keys.PRIVATE_KEY_NAME}")
-            print(f"public {args.out / keys.PUBLIC_KEY_NAME}")
-        elif args.command == "cosign":
-            if not args.bundle.is_dir():
-                raise BundleError(f"{args.bundle} is not a bundle folder; pass the bag folder "
-                                  "(extract an archive first).")
-            key = keys.load_private_key(args.signing_key)
-            verified_before_cosigning(args.bundle, args.trusted_key)
-            fp = cosign(args.bundle, key)
-            print(f"cosigned {args.bundle} fingerprint {fp}")
-            rewritten = refresh_archive(args.bundle)
-            if rewritten is not None:
-                print(f"archive {rewritten} written again with the new signature, sha256 {sha256_file(rewritten)}")
-            else:
-                print(f"the folder changed in place: an archive made from it before no longer holds this "
-                      f"signature; run `python -m bundle archive {args.bundle}` again")
+def run(args: argparse.Namespace) -> int:
+    """Run the publishing command `args.command`; return the exit status (BundleError propagates)."""
+    if args.command == "keygen":
+        passphrase = os.environ.get(keys.PASSPHRASE_ENV)
+        fp = keys.generate(args.out, passphrase=passphrase.encode() if passphrase else None)
+        print(f"fingerprint {fp}")
+        print(f"private {args.out / keys.PRIVATE_KEY_NAME}")
+        print(f"public {args.out / keys.PUBLIC_KEY_NAME}")
+    elif args.command == "cosign":
+        if not args.bundle.is_dir():
+            raise BundleError(f"{args.bundle} is not a bundle folder; pass the bag folder "
+                              "(extract an archive first).")
+        key = keys.load_private_key(args.signing_key)
+        verified_before_cosigning(args.bundle, args.trusted_key)
+        fp = cosign(args.bundle, key)
+        print(f"cosigned {args.bundle} fingerprint {fp}")
+        rewritten = refresh_archive(args.bundle)
+        if rewritten is not None:
+            print(f"archive {rewritten} written again with the new signature, sha256 {sha256_file(rewritten)}")
         else:
-            path = archive(args.bundle, args.out)
-            print(f"{path}")
-            print(f"sha256 {sha256_file(path)}")
-    except BundleError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+            print(f"the folder changed in place: an archive made from it before no longer holds this "
+                  f"signature; run `python -m job archive {args.bundle}` again")
+    else:
+        path = archive(args.bundle, args.out)
+        print(f"{path}")
+        print(f"sha256 {sha256_file(path)}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,44 +1,29 @@
-"""Ed25519 signing keys: generate, load the private key (with one-sentence errors), fingerprint.
+"""Ed25519 signing keys: generate a key pair, load the private key (with one-sentence errors).
 
 Private keys are PKCS#8 PEM (optionally encrypted with a passphrase read from an environment
 variable); public keys are written as SubjectPublicKeyInfo PEM, which only verify/ reads. The
-fingerprint, used as the DSSE keyid and in bag-info.txt, is the sha256 hex of the raw 32-byte
-public key.
+fingerprint and the public PEM are the format's (bundle/keys.py).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, rsa, x448, x25519
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle.errors import KeyFileError
-from bundle.userfile import KEY_FILE_BYTES, read_user_file
+from bundle.keys import fingerprint, public_key_pem
+from bundle.limits import KEY_FILE_BYTES
+from bundle.userfile import read_user_file
 
 PRIVATE_KEY_NAME = "signing-key.pem"
 PUBLIC_KEY_NAME = "signing-key.pub.pem"
 PASSPHRASE_ENV = "CALIBRATION_KEY_PASSPHRASE"
-KEYGEN_HINT = "create one with `python -m bundle keygen --out DIR`"
-
-
-def fingerprint(key: Ed25519PublicKey | Ed25519PrivateKey) -> str:
-    """sha256 hex of the raw 32-byte Ed25519 public key."""
-    public = key.public_key() if isinstance(key, Ed25519PrivateKey) else key
-    raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return hashlib.sha256(raw).hexdigest()
-
-
-def public_key_pem(key: Ed25519PublicKey | Ed25519PrivateKey) -> bytes:
-    """SubjectPublicKeyInfo PEM of the (public half of the) key."""
-    public = key.public_key() if isinstance(key, Ed25519PrivateKey) else key
-    return public.public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
+KEYGEN_HINT = "create one with `python -m job keygen --out DIR`"
 
 
 def generate(out_dir: Path, *, passphrase: bytes | None = None) -> str:

@@ -1,4 +1,5 @@
-"""The in-toto Statement v1 a bundle signs, and the predicate it carries (FORMAT.md "Statement")."""
+"""The in-toto Statement v1 a bundle signs (FORMAT.md "Statement"); the predicate it carries has
+its shape in bundle/predicate.py."""
 
 from __future__ import annotations
 
@@ -14,13 +15,9 @@ __all__ = [
     "PREDICATE_TYPE",
     "STATEMENT_TYPE",
     "build_statement",
-    "restated_predicate",
     "schemas_map",
     "statement_bytes",
 ]
-
-_HEADLINE = ("accuracy", "nll", "brier", "ece", "mce")
-
 
 def build_statement(subjects: Mapping[str, str], predicate: Mapping[str, Any]) -> dict[str, Any]:
     """Statement over `subjects` (payload path -> sha256 hex), sorted by name; schema-checked."""
@@ -43,49 +40,6 @@ def schemas_map(payload_paths: list[str]) -> dict[str, dict[str, str]]:
         path: {"id": schema_id(name), "sha256": schema_sha256(name)}
         for path, name in sorted(layout.PAYLOAD_SCHEMAS.items())
         if path in payload_paths
-    }
-
-
-def restated_predicate(*, protocol_sha256: str, resources: Mapping[str, Any], temperature: Mapping[str, Any],
-                       temperature_sha256: str, metrics: Mapping[str, Any],
-                       publication: Mapping[str, Any]) -> dict[str, Any]:
-    """The predicate restated from the records, without `schemas` and `signer_fingerprint`.
-
-    resources, temperature, metrics: the documents written as resources.json, temperature.json
-    and metrics.json; temperature_sha256: temperature.json's; publication: licence, publisher,
-    authors and contact as the crate's root states them (FORMAT.md "Predicate"). `format` is the
-    format this code writes. The job signs it as is; a verifier recomputes it from the payload
-    and compares.
-    """
-    audit = metrics["pools"]["audit"]
-    return {
-        "format": {"version": layout.FORMAT_VERSION, "oldest_verifier": layout.OLDEST_VERIFIER},
-        "protocol_sha256": protocol_sha256,
-        "profile": resources["profile"],
-        "resources": {
-            part: {
-                "repo_id": resources[part]["repo_id"],
-                "revision": resources[part]["revision"],
-                "source": resources[part]["source"],
-                "files": [
-                    {k: f[k] for k in ("path", "sha256", "pinned_sha256", "pin", "matches_pin")}
-                    for f in resources[part]["files"]
-                ],
-            }
-            for part in ("model", "dataset")
-        },
-        "temperature": {
-            "temperature": temperature["temperature"],
-            "beta": temperature["beta"],
-            "boundary": temperature["boundary"],
-            "sha256": temperature_sha256,
-        },
-        "audit": {
-            "n": audit["raw"]["n"],
-            "raw": {k: audit["raw"][k] for k in _HEADLINE},
-            "calibrated": {k: audit["calibrated"][k] for k in _HEADLINE},
-        },
-        "publication": dict(publication),
     }
 
 

@@ -34,7 +34,7 @@ def _entry(module: str) -> Callable[[list[str]], int]:
         from job.cli import main as job_main
         return job_main
     if module == "bundle":
-        from bundle.__main__ import main as bundle_main
+        from job.publishing.cli import main as bundle_main
         return bundle_main
     from verify.__main__ import main as verify_main
     return verify_main

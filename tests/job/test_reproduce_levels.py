@@ -27,14 +27,15 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from bundle.attestation import attestation_bytes
 from bundle.dsse import Envelope
-from bundle.keys import fingerprint, generate, load_private_key
+from bundle.keys import fingerprint
 from bundle.views.arithmetic import short_number
 from job.batch_kinds import kind_of
 from job.cli import main as job_main
 from job.logit_compare import grade
 from job.predictions import PoolOutput
+from job.publishing.attestation import attestation_bytes
+from job.publishing.signing_keys import generate, load_private_key
 from job.spot_sample import draw_batches
 from tests.factory import REPO, make_world
 from verify.__main__ import main as verify_main
@@ -369,7 +370,7 @@ def test_grade_names_the_level() -> None:
 
 def test_cosign_refuses_a_bundle_that_does_not_verify(tiny_bundle: Path, reproducer: Path, tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    from bundle.__main__ import main as bundle_main
+    from job.publishing.cli import main as bundle_main
 
     bag = tmp_path / "bag"
     shutil.copytree(tiny_bundle, bag)
@@ -398,7 +399,7 @@ def test_a_reproduction_by_a_co_signer_is_not_independent(
     """A key that co-signed the bundle already vouched for it: its reproduction is a self-reproduction."""
     import shutil
 
-    from bundle.cosign import cosign
+    from job.publishing.cosign import cosign
 
     bag = tmp_path / "bag"
     shutil.copytree(tiny_bundle, bag)

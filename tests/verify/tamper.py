@@ -18,10 +18,10 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle import layout
-from bundle.bag import file_digests, format_bag_info, format_manifest
 from bundle.canonical import dumps, loads_strict
 from bundle.dsse import Envelope
 from bundle.keys import fingerprint, public_key_pem
+from job.publishing.seal import file_digests, format_bag_info, format_manifest
 from tests.synthetic import make_bundle, sha256
 from tests.verify.tarcraft import ATTACKS
 
@@ -179,7 +179,7 @@ def base(request: pytest.FixtureRequest, verify_keys: Keys) -> tuple[Path, Keys]
     """(read-only bag, keys whose .real signed it)."""
     if request.param == "synthetic":
         return request.getfixturevalue("synthetic_bag"), verify_keys
-    from bundle.keys import load_private_key
+    from job.publishing.signing_keys import load_private_key
 
     bag = request.getfixturevalue("tiny_bundle")
     key_dir = request.getfixturevalue("signing_key_dir")
@@ -375,7 +375,7 @@ def hostile_audit_digest_renamed(bag: Path, keys: Keys, scale: float) -> Path:
 def _archive_attack(name: str) -> Callable[[Path, Keys, float], Path]:
     """The named attack of tests/verify/tarcraft.py on the bag's genuine `bundle archive`."""
     def build(bag: Path, keys: Keys, scale: float) -> Path:
-        from bundle.archive import archive
+        from job.publishing.archive import archive
 
         genuine = archive(bag, bag.parent / f"{bag.name}.tar.gz")
         out = ATTACKS[name](genuine, bag.parent / f"{name}.tar.gz", scale)

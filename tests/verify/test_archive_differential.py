@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from bundle.archive import archive
 from job.errors import JobError
+from job.publishing.archive import archive
 from job.verified_bundle import load_verified
 from tests.verify.tamper import Keys, copy_bag, synthetic_bag, verify_keys  # noqa: F401
 from tests.verify.tarcraft import ATTACKS, BLOCK, end_blocks, header, member, pax_record

@@ -14,8 +14,8 @@ import jsonschema
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from bundle.archive import archive
 from bundle.keys import fingerprint
+from job.publishing.archive import archive
 from tests.synthetic import REPO
 from tests.verify.tamper import Keys, base, copy_bag, synthetic_bag, verify_keys  # noqa: F401
 from verify import extract

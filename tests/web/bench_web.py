@@ -48,8 +48,8 @@ def main() -> int:
 
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from bundle.archive import archive
     from bundle.keys import public_key_pem
+    from job.publishing.archive import archive
     from tests.synthetic import make_bundle
     from verify.api import verify_path
     from verify.context import Trust

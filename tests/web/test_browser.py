@@ -26,8 +26,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle import layout
-from bundle.archive import archive
 from bundle.keys import fingerprint, public_key_pem
+from job.publishing.archive import archive
 from tests.synthetic import make_bundle
 from tests.verify.tamper import HOSTILE, Keys, copy_bag, reseal, synthetic_bag, verify_keys  # noqa: F401
 from tests.verify.test_tamper import TAMPERS, VIEW_LIES
