@@ -21,11 +21,13 @@ the crate's digest of environment.json, the manifests, bag-info.txt's Payload-Ox
 subject digests and the envelope's signature) is reported as such; any other difference is reported
 with its first differing line, and the exit status is 1.
 
-To compare the merged tree with the bundles of the tree before the format core was separated:
+To compare a tree (the merged one, say) with the bundles of the tree before the format core was
+separated (made with `make /work/baseline-bundles --repo <that tree>`), sign with the same key and
+read the same generated inputs:
+    mkdir -p /tmp/after && cp /work/baseline-bundles/signing-key*.pem /tmp/after/
     python -m scripts.bundle_diff make /tmp/after --worlds /work/bundle-diff-worlds
     python -m scripts.bundle_diff compare /work/baseline-bundles /tmp/after
-(the before set must have been made from the same --worlds and key: copy OUT/signing-key.pem in
-first; `make` reuses a key it finds.)
+(`make` reuses a key it finds in OUT and keeps a world's bundle that is already there.)
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@
 - the verifier tells a broken signature from an untrusted key, checks the reproducer it names,
   shows a self-reproduction as not independent, passes `equivalent` unless
   --require-bit-identical, and still reads attestations written before the graded verdict;
-- `bundle cosign` refuses a bundle that does not verify."""
+- `job cosign` refuses a bundle that does not verify."""
 
 from __future__ import annotations
 
@@ -370,7 +370,7 @@ def test_grade_names_the_level() -> None:
 
 def test_cosign_refuses_a_bundle_that_does_not_verify(tiny_bundle: Path, reproducer: Path, tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    from job.publishing.cli import main as bundle_main
+    from job.cli import main as job_main
 
     bag = tmp_path / "bag"
     shutil.copytree(tiny_bundle, bag)
@@ -379,7 +379,7 @@ def test_cosign_refuses_a_bundle_that_does_not_verify(tiny_bundle: Path, reprodu
     report.write_text(report.read_text().replace("Audit", "Approved audit", 1))
     before = (bag / "provenance.intoto.json").read_bytes()
     capsys.readouterr()
-    assert bundle_main(["cosign", str(bag), "--signing-key", str(reproducer / "signing-key.pem")]) == 2
+    assert job_main(["cosign", str(bag), "--signing-key", str(reproducer / "signing-key.pem")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "does not verify" in err and "nothing was co-signed" in err
     assert (bag / "provenance.intoto.json").read_bytes() == before
@@ -388,9 +388,9 @@ def test_cosign_refuses_a_bundle_that_does_not_verify(tiny_bundle: Path, reprodu
     shutil.copytree(tiny_bundle, intact)
     sealed_by = ["--signing-key", str(reproducer / "signing-key.pem")]
     not_the_signer = ["--trusted-key", str(reproducer / "signing-key.pub.pem")]
-    assert bundle_main(["cosign", str(intact), *sealed_by, *not_the_signer]) == 2
+    assert job_main(["cosign", str(intact), *sealed_by, *not_the_signer]) == 2
     assert "signature.signer-trusted" in capsys.readouterr().err
-    assert bundle_main(["cosign", str(intact), *sealed_by]) == 0  # intact under the key it carries
+    assert job_main(["cosign", str(intact), *sealed_by]) == 0  # intact under the key it carries
 
 
 def test_a_reproduction_by_a_co_signer_is_not_independent(

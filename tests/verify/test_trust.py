@@ -281,7 +281,7 @@ def test_cosign_refuses_a_bundle_whose_signature_does_not_verify(synthetic_bag: 
 
 def test_cosign_cli_speaks_one_sentence(cosigned: Path, synthetic_bag: Path,  # noqa: F811
                                         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from job.publishing.cli import main
+    from job.cli import main
     from job.publishing.signing_keys import generate
 
     generate(tmp_path / "k")
