@@ -101,7 +101,7 @@ def reproduce_member(task: ReproduceTask) -> ReproduceOutcome:
         try:
             key = load_pem_private_key(task.key_pem, password=None)
             if not isinstance(key, Ed25519PrivateKey):
-                raise JobError("The reproducer's key is not an Ed25519 key; pass one bundle keygen wrote.")
+                raise JobError("The reproducer's key is not an Ed25519 key; pass one `python -m job keygen` wrote.")
             rc = reproduce(ReproduceOptions(bundle=bundle, out=out, signing_key=Path("<reproducer key>"),
                                             progress=False), resolve, key=key)
         except (JobError, BundleError) as exc:

@@ -47,6 +47,9 @@ def verified_before_cosigning(bag: Path, trusted_key: Path | None = None) -> str
     try:
         trust = Trust() if trusted_key is None else Trust(key=load_trusted_key(str(trusted_key)),
                                                           source=str(trusted_key))
+    except VerifyError as exc:  # the trusted key file itself: the verifier's one sentence says why
+        raise BundleError(str(exc), **exc.details) from exc
+    try:
         outcome = verify_path(bag, trust)
     except VerifyError as exc:
         raise BundleError(f"{bag} does not verify ({str(exc).rstrip('.')}); nothing was co-signed: run "

@@ -81,3 +81,16 @@ def test_publishing_commands_import_no_torch(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "k")], check=True, capture_output=True,
                           text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
     assert done.stdout.splitlines()[-1] == "0 []", done.stdout
+
+
+def test_cosign_names_a_missing_trusted_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bag = tmp_path / "run"
+    protocol_sha256 = write_payload(bag / "data", profile="formal")
+    seal_payload(bag, description="cli", protocol_sha256=protocol_sha256, profile="formal")
+    assert main(["keygen", "--out", str(tmp_path / "k")]) == 0
+    capsys.readouterr()
+    args = ["cosign", str(bag), "--signing-key", str(tmp_path / "k" / "signing-key.pem"),
+            "--trusted-key", str(tmp_path / "missing.pub.pem")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "trusted key" in err and "does not exist" in err, err

@@ -192,7 +192,7 @@ def _archive(bag: Path, out: Path, extra: Callable[[Any], None] | None = None) -
     """`bag` as a .tar.gz; `extra(tar)` may add members after the bag's."""
     import tarfile
 
-    def normalise(info: tarfile.TarInfo) -> tarfile.TarInfo:  # what `bundle archive` writes
+    def normalise(info: tarfile.TarInfo) -> tarfile.TarInfo:  # what `job archive` writes
         info.mode = 0o755 if info.isdir() else 0o644
         info.uid = info.gid = 0
         info.uname = info.gname = ""
@@ -373,7 +373,7 @@ def hostile_audit_digest_renamed(bag: Path, keys: Keys, scale: float) -> Path:
 
 
 def _archive_attack(name: str) -> Callable[[Path, Keys, float], Path]:
-    """The named attack of tests/verify/tarcraft.py on the bag's genuine `bundle archive`."""
+    """The named attack of tests/verify/tarcraft.py on the bag's genuine `job archive`."""
     def build(bag: Path, keys: Keys, scale: float) -> Path:
         from job.publishing.archive import archive
 

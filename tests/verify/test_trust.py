@@ -292,7 +292,7 @@ def test_cosign_cli_speaks_one_sentence(cosigned: Path, synthetic_bag: Path,  # 
     assert main(["cosign", str(bag), "--signing-key", str(tmp_path / "k" / "signing-key.pem")]) == 0
     out = capsys.readouterr().out
     assert "fingerprint" in out and f"archive {tmp_path / 'bag2.tar.gz'} written again" in out
-    # the archive beside the folder is the cosigned folder's, byte for byte as `bundle archive` writes it
+    # the archive beside the folder is the cosigned folder's, byte for byte as `job archive` writes it
     assert (tmp_path / "bag2.tar.gz").read_bytes() != before
     (tmp_path / "bag2.tar.gz").rename(tmp_path / "old.tar.gz")
     assert main(["archive", str(bag)]) == 0

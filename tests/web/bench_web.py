@@ -5,7 +5,7 @@ next to the Python verifier on the same archive, and print the page's size gzipp
 
 The bundle is synthetic (tests/synthetic.py): the repository's protocol with an empty explore pool
 and the rows split evenly between the calibration and the audit pool, signed with a fresh key and
-archived by `bundle archive`. Without --bootstrap the protocol's bootstrap and stability sections are
+archived by `job archive`. Without --bootstrap the protocol's bootstrap and stability sections are
 dropped: the page does not perform those checks, and the synthetic writer's bootstrap over 25,000
 rows takes minutes. Prints, per run, the page's own time from the archive chosen to the verdict
 (`seconds`) and the time until the verdict was read back (`wall`). Not a test: timings depend on the

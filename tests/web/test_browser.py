@@ -47,7 +47,7 @@ FIGURE_TOL = 1e-12
 BROWSER_BLIND = {"symlink-in-data"}
 """Tamper classes a browser cannot see in a chosen folder: it follows a symbolic link and hands the
 page the target's bytes (web/README.md, "What a browser cannot see"). Their archive forms hold no
-links: `bundle archive` refuses them, and the page refuses a link member (hostile archives)."""
+links: `job archive` refuses them, and the page refuses a link member (hostile archives)."""
 
 
 def _missing() -> str | None:
