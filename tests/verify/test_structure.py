@@ -21,6 +21,10 @@ ALLOWED_FROM_BUNDLE = {
     ("bundle.terminal", "tolerant_stdout"),
     ("bundle.userfile", "describe"),
     ("bundle.userfile", "read_user_file"),
+    ("bundle.wording", "NO_CLAIM"),
+    ("bundle.wording", "at_bound_warning"),
+    ("bundle.wording", "below_chance_warning"),
+    ("bundle.wording", "interval_verdict"),
     ("bundle.canonical", "dumps"),
     ("bundle.canonical", "loads_strict"),
     ("bundle.errors", "CanonicalJSONError"),
@@ -53,7 +57,8 @@ ALLOWED_FROM_BUNDLE = {
 """The definitions verify/ shares with the writer: layout names, the format's limits and caps
 (bundle.limits) and the one bounded reader of a file a user names, canonical JSON, the DSSE
 `Envelope` type (its decoding, PAE and signature check, and its errors), the predicate's shape
-(bundle.predicate), the command line's stdout handling (bundle.terminal), the reading of a
+(bundle.predicate), the wording of warnings and interval verdicts (bundle.wording), the command
+line's stdout handling (bundle.terminal), the reading of a
 crate's graph (an entity's types, its references, the publication the root states), the key fingerprint,
 where the schemas live; and the renderers of the views (bundle.views), which lay
 out records the verifier has checked with its own code, so that it can require the bundle's

@@ -1,7 +1,7 @@
 """The bundles of three worlds, signed with one fixed key, and a byte-for-byte comparison of two sets.
 
-    python -m scripts.bundle_diff make OUT [--repo TREE] [--worlds DIR] [--only tiny,standin,large]
-    python -m scripts.bundle_diff compare BEFORE AFTER
+    python -m tests.bundle_diff make OUT [--repo TREE] [--worlds DIR] [--only tiny,tiny-bert3,standin,large]
+    python -m tests.bundle_diff compare BEFORE AFTER
 
 `make` writes OUT/signing-key.pem (Ed25519, created once and then reused, so that every set is
 signed with the same key) and one bundle per world, OUT/<world>/, each made by `python -m job run`
@@ -25,8 +25,8 @@ To compare a tree (the merged one, say) with the bundles of the tree before the 
 separated (made with `make /work/baseline-bundles --repo <that tree>`), sign with the same key and
 read the same generated inputs:
     mkdir -p /tmp/after && cp /work/baseline-bundles/signing-key*.pem /tmp/after/
-    python -m scripts.bundle_diff make /tmp/after --worlds /work/bundle-diff-worlds
-    python -m scripts.bundle_diff compare /work/baseline-bundles /tmp/after
+    python -m tests.bundle_diff make /tmp/after --worlds /work/bundle-diff-worlds
+    python -m tests.bundle_diff compare /work/baseline-bundles /tmp/after
 (`make` reuses a key it finds in OUT and keeps a world's bundle that is already there.)
 """
 
