@@ -99,7 +99,7 @@ def test_protocol_option(synthetic_bag: Path, tmp_path: Path,  # noqa: F811
 @pytest.mark.parametrize("args,words", [
     (["/nonexistent/bundle"], "does not exist"),
     (["BAG", "--trusted-fingerprint", "xyz"], "64 hex digits"),
-    (["BAG", "--trusted-key", "/nonexistent.pem"], "cannot be read"),
+    (["BAG", "--trusted-key", "/nonexistent.pem"], "does not exist"),
     (["BAG", "--trusted-key", "BAG/data/pools.json"], "PEM"),
     (["BAG", "--trusted-key", "K", "--trusted-fingerprint", "00"], "not allowed with"),
     ([], "required"),
