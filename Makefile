@@ -21,7 +21,7 @@ install: $(PY) ## create .venv, install the locked dependencies (CPU torch) and 
 	@echo "install: $$(grep -c '^[a-z0-9]' requirements.lock) locked runtime and $$(grep -c '^[a-z0-9]' requirements-dev.lock) development packages into $(VENV) (a few minutes; PyTorch is the largest)"
 	set -o pipefail; $(PY) -m pip install --require-hashes -r requirements.lock -r requirements-dev.lock 2>&1 \
 	  | { grep --line-buffered -E '^(Collecting|Processing|Installing|Successfully)|ERROR|rror:' || true; }
-	@echo "install: the calibration-job and calibration-bundle commands (editable, from this folder)"
+	@echo "install: the calibration-job command (editable, from this folder)"
 	PYTHONWARNINGS=ignore $(PY) -m pip install -q --no-deps --no-build-isolation --disable-pip-version-check -e .
 	@echo "install: done; $(VENV)/bin/calibration-job works from any folder"
 

@@ -1,7 +1,7 @@
 """Reading data/ro-crate-metadata.json's graph as bundle/FORMAT.md defines it: an entity's types,
 the @ids a property references, and the publication the root states.
 
-One reading for the writer, which signs the publication its crate states (bundle.statement), and
+One reading for the writer, which signs the publication its crate states (job.publishing.statement), and
 the verifier, which requires the crate to state what was signed (verify/crate.py): pure functions
 of a parsed graph, raising CrateError (one sentence) on a graph this format never writes. Whether
 the crate as a whole is well formed is the verifier's own check (verify.crate.parse)."""

@@ -68,6 +68,11 @@ class SchemaViolation(BundleError):
         super().__init__(message, document=document, schema=schema, pointer=pointer, reason=reason)
 
 
+class ProtocolOutOfBounds(BundleError):
+    """A protocol asks for more than the format bounds (rows, classes, steps, resamples; see
+    bundle.limits); the job refuses to run it and a verifier reports it as a failed check."""
+
+
 class KeyFileError(BundleError):
     """A signing or public key file is missing, unreadable, locked or of the wrong type: `path` is
     the file, `reason` a short code (e.g. "missing", "encrypted", "wrong-type")."""

@@ -182,7 +182,7 @@ SWEEP_MD: Final = "sweep.md"
 SWEEP_TEMPERATURE_FIGURE: Final = "figures/temperature.png"
 SWEEP_ECE_FIGURE: Final = "figures/ece.png"
 SWEEP_VIEWS: Final = (SWEEP_MD, SWEEP_ECE_FIGURE, SWEEP_TEMPERATURE_FIGURE)
-"""The sweep's views, rendered from the index (bundle.views.sweep)."""
+"""The sweep's views, rendered from the index (bundle.views.sweep_comparison)."""
 SWEEP_PLAN_PREDICATE_TYPE: Final = "https://calibration-runs.example/predicate/sweep-plan/v1"
 SWEEP_INDEX_PREDICATE_TYPE: Final = "https://calibration-runs.example/predicate/sweep-index/v1"
 SWEEP_SUMMARY_METRICS: Final = ("nll", "ece", "brier")

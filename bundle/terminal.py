@@ -1,11 +1,9 @@
-"""The edges every command line of the job and the bundle tool shares: a path argument is never
-empty, and output survives a closed stdout or a terminal that cannot encode it.
+"""The edges every command line shares (`python -m job`, `python -m verify`): a path argument is
+never empty, and output survives a closed stdout or a terminal that cannot encode it.
 
-`python -m job` and `python -m bundle` run inside `tolerant_stdout()`: what can be written is
-written (characters the encoding lacks as backslash escapes), nothing is raised when stdout is
-closed or its reader has gone, and the exit code is the command's own. The
-verifier, which imports only definitions from bundle/, has the same few lines in
-verify/__main__.py."""
+Each runs inside `tolerant_stdout()`: what can be written is written (characters the encoding
+lacks as backslash escapes), nothing is raised when stdout is closed or its reader has gone, and
+the exit code is the command's own."""
 
 from __future__ import annotations
 

@@ -1,30 +1,32 @@
 """Reading a small file that a user names on the command line (a key, a protocol, a resource
-lock): a regular file of bounded size, or one sentence saying why not.
+lock, a trusted key): a regular file of bounded size, or one sentence saying why not.
 
 The file is opened with O_NONBLOCK, so a FIFO never blocks, and checked with fstat before a byte
 is read, so a device such as /dev/zero or an oversized file costs nothing. The job's and the
-bundle tool's commands read every operator file through here; the verifier, which stays free of
-anything but the format, has the same rule in verify/limits.py."""
+verifier's commands read every file a user names through here, each raising its own error class;
+the caps are bundle.limits'."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Callable
-from typing import Final
 
 from bundle.errors import BundleError
 
-KEY_FILE_BYTES: Final = 64 * 1024
-"""A PEM key is a few hundred bytes (an encrypted one under 1 KiB)."""
-PROTOCOL_BYTES: Final = 1024 * 1024
-"""A protocol: the cap a verifier puts on data/protocol.json, so no run writes one it refuses."""
-DOCUMENT_BYTES: Final = 4 * 1024 * 1024
-"""A resource lock or a pin file: kilobytes in practice."""
 
-
-def _why(exc: OSError) -> str:
-    return exc.strerror or type(exc).__name__
+def describe(exc: BaseException) -> str:
+    """A short reason for an error at the input's edges, without a traceback."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return exc.strerror or errno.errorcode.get(exc.errno, str(exc.errno))
+    if isinstance(exc, MemoryError):
+        return "out of memory"
+    if isinstance(exc, UnicodeError):
+        return "a name or text that is not valid UTF-8"
+    if isinstance(exc, OSError):
+        return exc.strerror or type(exc).__name__
+    return f"{type(exc).__name__}: {str(exc)[:200]}"
 
 
 def read_user_file(path: os.PathLike[str] | str, what: str, cap: int,
@@ -33,7 +35,8 @@ def read_user_file(path: os.PathLike[str] | str, what: str, cap: int,
     naming `what` and the path; keywords `path` and `reason`, one of "empty-path", "missing",
     "unopenable", "folder", "not-regular", "too-large", "unreadable") for a missing or unreadable
     file, a folder, a FIFO, a device or socket, or a file over `cap` bytes. `error` is an error
-    class of the shape bundle/errors.py describes (BundleError, KeyFileError, job.errors.JobError)."""
+    class of the shape bundle/errors.py describes (BundleError, KeyFileError, job.errors.JobError,
+    verify.result.InputError)."""
     name = os.fsdecode(path)
     if not name:
         raise error(f"The {what} path is empty; pass the path of the file.", path=name, reason="empty-path")
@@ -42,7 +45,7 @@ def read_user_file(path: os.PathLike[str] | str, what: str, cap: int,
     except FileNotFoundError:
         raise error(f"The {what} {name} does not exist; pass the right path.", path=name, reason="missing") from None
     except (OSError, ValueError) as exc:
-        why = _why(exc) if isinstance(exc, OSError) else "the path holds a NUL byte"
+        why = describe(exc) if isinstance(exc, OSError) else "the path holds a NUL byte"
         raise error(f"Cannot open the {what} {name} ({why}); pass a readable file.", path=name,
                     reason="unopenable") from None
     try:
@@ -65,7 +68,7 @@ def read_user_file(path: os.PathLike[str] | str, what: str, cap: int,
             chunks.append(chunk)
             size += len(chunk)
     except OSError as exc:
-        raise error(f"Cannot read the {what} {name} ({_why(exc)}); pass a readable file.", path=name,
+        raise error(f"Cannot read the {what} {name} ({describe(exc)}); pass a readable file.", path=name,
                     reason="unreadable") from None
     finally:
         os.close(fd)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bundle.views.arithmetic import arithmetic_words
+from job.environment import cpuinfo_fields
 
 VECTOR_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
                 "avx512_bf16", "amx_tile", "amx_bf16")
@@ -37,23 +38,10 @@ _MKL_HEADER = re.compile(r"MKL_VERBOSE (.+?) for Intel\(R\) 64 architecture (.+?
 
 def cpuinfo(path: Path = Path("/proc/cpuinfo")) -> dict[str, Any]:
     """{vendor, model, flags}: the first processor's vendor_id, model name and vector flags offered."""
-    vendor = model = None
-    flags: list[str] = []
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        text = ""
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        key, value = key.strip(), value.strip()
-        if key == "vendor_id" and vendor is None:
-            vendor = value
-        elif key == "model name" and model is None:
-            model = value
-        elif key == "flags" and not flags:
-            offered = set(value.split())
-            flags = [f for f in VECTOR_FLAGS if f in offered]
-    return {"vendor": vendor or platform.processor() or None, "model": model, "flags": flags}
+    fields = cpuinfo_fields(path)
+    offered = set(fields.get("flags", "").split())
+    return {"vendor": fields.get("vendor_id") or platform.processor() or None, "model": fields.get("model name"),
+            "flags": [f for f in VECTOR_FLAGS if f in offered]}
 
 
 @contextlib.contextmanager

@@ -1,5 +1,5 @@
 """Writes the run's artifacts into the bundle's data/ directory, each once, through a
-bundle.ledger.Ledger that records every file's digests as it is written (what seal seals from).
+job.publishing.ledger.Ledger that records every file's digests as it is written (what seal seals from).
 
 Files are named by their bag paths (bundle.layout: "data/temperature.json"); hashes are reported
 under their names inside data/ ("temperature.json"), the names stage records use."""
@@ -13,13 +13,13 @@ import pyarrow as pa
 
 from bundle.digests import sha256_file
 from bundle.layout import DATA_DIR, data_name
-from bundle.ledger import Ledger
 from job.errors import JobError
 from job.predictions import predictions_bytes
+from job.publishing.ledger import Ledger
 
 
 class Artifacts:
-    """Every JSON file is schema-validated before it is written (bundle.ledger.Ledger.write_json);
+    """Every JSON file is schema-validated before it is written (job.publishing.ledger.Ledger.write_json);
     every file's digests are recorded from the bytes written, in `ledger`.
 
     `path` arguments are bag paths (bundle.layout names); data_dir must be a bag's data/ folder."""

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from bundle.wording import interval_verdict
 from job.calibration import log_softmax
 from job.metrics import BINS, bin_index
 from job.predictions import Predictions
@@ -146,15 +147,6 @@ def paired_bootstrap(logits: F64, labels: NDArray[np.int64], beta: float, *, res
                      point=d_point, differences=diffs, lower=lo, upper=hi)
 
 
-def verdict(lower: float, upper: float) -> str:
-    """'decrease' if the interval is wholly below 0, 'increase' if wholly above, else 'no claim'."""
-    if upper < 0:
-        return "decrease"
-    if lower > 0:
-        return "increase"
-    return "no claim"
-
-
 def bootstrap_record(spec: BootstrapSpec, protocol_sha256: str, audit: Predictions, beta: float,
                      temperature_sha256: str, metrics_sha256: str) -> dict[str, Any]:
     """data/bootstrap.json (schema bootstrap/v1) from the audit pool's predictions as written, the
@@ -180,7 +172,7 @@ def bootstrap_record(spec: BootstrapSpec, protocol_sha256: str, audit: Predictio
                      "method": "linear"},
         "differences": {
             m: {"point": boot.point[m], "lower": boot.lower[m], "upper": boot.upper[m],
-                "verdict": verdict(boot.lower[m], boot.upper[m])}
+                "verdict": interval_verdict(boot.lower[m], boot.upper[m])}
             for m in wanted
         },
     }

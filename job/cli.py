@@ -1,4 +1,5 @@
-"""Command line: `python -m job lock | init | prepare | smoke | run | reproduce | sweep`."""
+"""Command line: `python -m job lock | init | prepare | smoke | run | reproduce | sweep` and the
+publishing commands `keygen | archive | cosign` (job/publishing/cli.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from job import lockfile
 from job.errors import JobError
 from job.hub import default_cache
 from job.protocol import DEFAULT_PROTOCOL, Protocol, load_protocol
+from job.publishing import cli as publishing
 from job.resources import Resources, resolve_hub, resolve_local
 from job.rocrate import DEFAULT_LICENSE, DEFAULT_PUBLISHER, Party, Publication
 
@@ -106,6 +108,7 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--no-progress", action="store_true", help="no progress bar")
     from job.protocol_init import add_arguments
     add_arguments(sub.add_parser("init", help="write a protocol for a model and dataset split pinned at commits"))
+    publishing.add_commands(sub)
     lockfile.add_arguments(sub.add_parser(
         "lock", help="write a resource lock (--resources LOCK.json) from a local model folder and data files"))
     return p
@@ -186,10 +189,12 @@ def _main(argv: list[str] | None) -> int:
     configure_process()  # process-wide memory settings, before any table or tensor exists
     args = _parser().parse_args(argv)
     try:
+        if args.command in publishing.COMMANDS:
+            return publishing.run(args)
         if args.command == "reproduce":
             return _reproduce(args)
         if args.command == "sweep":
-            from job.sweep import SweepOptions, run_sweep
+            from job.sweep_run import SweepOptions, run_sweep
             return run_sweep(SweepOptions(sweep=args.sweep, out=args.out, signing_key=args.signing_key,
                                           address=args.address, cache=args.cache, progress=not args.no_progress))
         if args.command == "init":

@@ -25,21 +25,31 @@ ENV_VARS = ("PYTHONHASHSEED", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "HF_HUB_OFFL
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _version(name: str) -> str | None:
+def package_version(name: str) -> str | None:
+    """The installed version of the distribution `name`, or None when it is not installed."""
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
         return None
 
 
-def cpu_model() -> str:
+def cpuinfo_fields(path: Path = Path("/proc/cpuinfo")) -> dict[str, str]:
+    """Each field of /proc/cpuinfo as the first processor states it ("vendor_id", "model name",
+    "flags", ...); empty where the file cannot be read (not Linux)."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
-        pass
-    return platform.processor() or "unknown"
+        return {}
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def cpu_model() -> str:
+    return cpuinfo_fields().get("model name") or platform.processor() or "unknown"
 
 
 def git_commit() -> str | None:
@@ -133,7 +143,7 @@ def environment_record(torch_info: dict[str, Any], clock: StageClock, peak_rss_m
         "machine": platform.machine(),
         "cpu_model": cpu_model(),
         "logical_cores": os.cpu_count() or 0,
-        "packages": {**{name: _version(name) for name in PACKAGES}, RENDERER_PACKAGE: RENDERER_VERSION},
+        "packages": {**{name: package_version(name) for name in PACKAGES}, RENDERER_PACKAGE: RENDERER_VERSION},
         "torch": torch_info,
         "env": {name: os.environ.get(name) for name in ENV_VARS},
         "image": os.environ.get("CALIBRATION_IMAGE"),

@@ -39,7 +39,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from job.bootstrap import resample_blocks, verdict
+from bundle.wording import NO_CLAIM, interval_verdict
+from job.bootstrap import resample_blocks
 from job.calibration import softmax
 from job.estimator_spec import EstimatorSpec
 from job.metrics import BINS, bin_index
@@ -311,10 +312,10 @@ def estimator_results(specs: tuple[EstimatorSpec, ...], logits: F64, labels: I64
             point = (None if entry["raw"]["value"] is None or entry["calibrated"]["value"] is None
                      else entry["calibrated"]["value"] - entry["raw"]["value"])
             entry["difference"] = (
-                {"point": point, "lower": None, "upper": None, "verdict": "no claim",
+                {"point": point, "lower": None, "upper": None, "verdict": NO_CLAIM,
                  "reason": "a resample left the estimate undefined"}
                 if bounds is None or point is None else
-                {"point": point, "lower": bounds[0], "upper": bounds[1], "verdict": verdict(*bounds)})
+                {"point": point, "lower": bounds[0], "upper": bounds[1], "verdict": interval_verdict(*bounds)})
         results[spec.id] = entry
     return results
 

@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bundle import layout
-from bundle.ledger import Ledger
-from bundle.statement import restated_predicate
+from bundle.predicate import restated_predicate
 from bundle.views.figures import render_figures
 from bundle.views.report import report_markdown as render_report
 from job.arithmetic import arithmetic_record
@@ -36,6 +35,7 @@ from job.predictions import PoolOutput, Predictions, predictions_table
 from job.process import configure_sharded_driver, release_free_memory
 from job.protocol import AUDIT, Protocol
 from job.protocol import CALIBRATION as CAL
+from job.publishing.ledger import Ledger
 from job.resources import Resources
 from job.rocrate import Publication, crate_bytes
 from job.runtime import Settings
@@ -50,13 +50,13 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class RunResult:
     """What a finished execute() hands its caller: the records it wrote, as written, and the
-    ledger of every payload file's digests taken as it was written (what bundle.bag.seal seals)."""
+    ledger of every payload file's digests taken as it was written (what job.publishing.seal.seal seals)."""
 
     temperature: dict[str, Any]  # data/temperature.json
     metrics: dict[str, Any]  # data/metrics.json
     bootstrap: dict[str, Any] | None  # data/bootstrap.json; None when the protocol has no bootstrap
     stability: dict[str, Any] | None  # data/stability.json; None when the protocol has no such study
-    predicate: dict[str, Any]  # what the bundle signs (bundle.statement.restated_predicate)
+    predicate: dict[str, Any]  # what the bundle signs (bundle.predicate.restated_predicate)
     ledger: Ledger
 
 
@@ -203,7 +203,7 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
     """Run every stage into data_dir and return the records written. Signing and publishing happen elsewhere.
 
     signer_fingerprint: the key that will sign the bundle (recorded in ro-crate-metadata.json);
-    date_published: the crate's datePublished (default bundle.bag.bagging_date());
+    date_published: the crate's datePublished (default job.publishing.dates.bagging_date());
     publication: the crate's licence, publisher and authors (default job.rocrate.Publication());
     threads: torch threads, within the protocol's torch_threads (default: job.runtime.ThreadChoice's);
     shard: run both pools' batches on a Ray cluster (job.sharded) instead of in this process."""
@@ -314,7 +314,7 @@ def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: 
     report = render_report({path: as_written(doc) for path, doc in docs.items()}, protocol.sha256, sorted(figures))
     art.write_bytes(layout.REPORT_MD, report.encode("utf-8"))
     if date_published is None:
-        from bundle.bag import bagging_date
+        from job.publishing.dates import bagging_date
         date_published = bagging_date()
     publication = publication or Publication()
     written = {layout.data_name(path): facts for path, facts in art.ledger.items()}

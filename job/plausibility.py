@@ -7,7 +7,8 @@ normal: `warnings` are written into metrics.json, the report, the run's output a
 verifier's. The truncation summary says, per pool, how many rows were cut to max_length and the
 longest row's token count before the cut.
 
-The verifier derives both again from the bundle (verify/plausibility.py) with the same wording."""
+The verifier derives both again from the bundle (verify/plausibility.py); the wording of each
+warning is the format's (bundle/wording.py)."""
 
 from __future__ import annotations
 
@@ -16,23 +17,23 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from bundle.wording import at_bound_warning, below_chance_warning
+
 
 def below_chance(accuracy: float, k: int) -> str | None:
     """The warning for an accuracy below chance (1/k), or None."""
     chance = 1.0 / k
     if accuracy >= chance:
         return None
-    return f"accuracy {accuracy:.1%} is below chance ({chance:.1%}): the label map is probably wrong"
+    return below_chance_warning(accuracy, chance)
 
 
 def at_bound(temperature: dict[str, Any]) -> str | None:
     """The warning for a temperature taken at a bound of the fit interval (temperature.json), or None."""
     if not temperature["boundary"]:
         return None
-    side = temperature["boundary_side"]
-    return (f"T = {temperature['temperature']:g} sits at the bound {side} of the fit interval "
-            f"[{temperature['t_min']:g}, {temperature['t_max']:g}]: no temperature inside it fits, which usually "
-            "means a wrong label map or a broken model")
+    return at_bound_warning(temperature["temperature"], temperature["boundary_side"], temperature["t_min"],
+                            temperature["t_max"])
 
 
 def run_warnings(audit_accuracy: float, k: int, temperature: dict[str, Any]) -> list[str]:

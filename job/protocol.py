@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bundle.errors import ProtocolOutOfBounds
 from bundle.layout import DEFAULT_LOGIT_TOLERANCE
-from bundle.userfile import PROTOCOL_BYTES
+from bundle.limits import MAX_PROTOCOL_BYTES, dimensions
 from job.dataset import DatasetSpec
 from job.errors import JobError, ProtocolBeyondLimits
 from job.estimator_spec import EstimatorSpec, parse_estimators
@@ -297,10 +298,8 @@ class Protocol:
 
 def require_verifiable(doc: dict[str, Any]) -> None:
     """Refuse a protocol whose bundle a verifier would not read: more rows, classes, fit steps or
-    bootstrap draws than the format's limits (FORMAT.md, "Limits"; verify.limits holds the numbers),
+    bootstrap draws than the format's limits (FORMAT.md, "Limits"; bundle.limits holds the numbers),
     found before any download or inference rather than after the run."""
-    from verify.limits import ProtocolOutOfBounds, dimensions
-
     try:
         dimensions(doc)
     except ProtocolOutOfBounds as exc:
@@ -311,5 +310,5 @@ def require_verifiable(doc: dict[str, Any]) -> None:
 
 def load_protocol(path: Path = DEFAULT_PROTOCOL) -> Protocol:
     """Read, parse and schema-validate the protocol; its hash is fixed here, before inference."""
-    raw, doc = read_checked(path, "protocol", "protocol", "--protocol", PROTOCOL_BYTES)
+    raw, doc = read_checked(path, "protocol", "protocol", "--protocol", MAX_PROTOCOL_BYTES)
     return Protocol.from_bytes(raw, doc)

@@ -24,8 +24,9 @@ from typing import Any
 
 from bundle.digests import sha256_file
 from bundle.layout import DEFAULT_LOGIT_TOLERANCE
+from bundle.limits import DOCUMENT_BYTES
 from bundle.terminal import nonempty_path
-from bundle.userfile import DOCUMENT_BYTES, read_user_file
+from bundle.userfile import read_user_file
 from job.datacard import FORMATS, card_header, split_files
 from job.datameta import stated_labels
 from job.dataset import DatasetSpec, read_table

@@ -15,7 +15,6 @@ import os
 import platform
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,17 +23,18 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from numpy.typing import NDArray
 
 from bundle import layout
-from bundle.attestation import attestation_bytes, build_reproduction_statement, write_attestation
-from bundle.keys import fingerprint, load_private_key
+from bundle.keys import fingerprint
 from bundle.views.arithmetic import claim_warning, claimed_kinds, group_words, short_number, suspicious
 from job.arithmetic import arithmetic_record, same_arithmetic, short
 from job.batch_kinds import Side, groups, reproducer_workers
 from job.batching import Tokenized
 from job.dataset import Rows, load_rows
-from job.environment import cpu_model, git_commit
+from job.environment import cpu_model, git_commit, package_version
 from job.errors import JobError
 from job.logit_compare import RowComparison, compare_rows, grade, predictions_changed
 from job.protocol import Protocol
+from job.publishing.attestation import attestation_bytes, build_reproduction_statement, write_attestation
+from job.publishing.signing_keys import load_private_key
 from job.reproduced_figures import TABLE_INPUTS, recomputed_changes
 from job.resources import Resources
 from job.row_inputs import INPUT_FIELDS, InputDifference, differing_fields, input_differences
@@ -293,19 +293,13 @@ def first_differences(finding: Finding, recorded_idx: dict[str, list[int]]) -> l
     return out
 
 
-def _version(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def environment() -> dict[str, Any]:
     """Where the re-run happened: versions, CPU, threads, image, commit and the arithmetic used."""
     import torch
 
-    return {"python": platform.python_version(), "torch": _version("torch"),
-            "transformers": _version("transformers"), "numpy": _version("numpy"), "cpu_model": cpu_model(),
+    return {"python": platform.python_version(), "torch": package_version("torch"),
+            "transformers": package_version("transformers"), "numpy": package_version("numpy"),
+            "cpu_model": cpu_model(),
             "threads": int(torch.get_num_threads()), "image": os.environ.get("CALIBRATION_IMAGE"),
             "git_commit": git_commit(), "arithmetic": arithmetic_record()}
 

@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from bundle.digests import sha256_file
-from bundle.publish import write_atomic
-from bundle.userfile import DOCUMENT_BYTES, read_user_file
+from bundle.limits import DOCUMENT_BYTES
+from bundle.userfile import read_user_file
 from job.errors import JobError, PinMismatch
 from job.hub import Fetch, LfsLookup, hub_fetch, hub_lfs_sha256, offline
 from job.protocol import RepoPin, ResourcesSpec
+from job.publishing.publish import write_atomic
 from job.user_documents import read_checked
 
 PINS_FILE = "first-use-pins.json"

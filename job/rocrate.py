@@ -4,7 +4,7 @@ renders the crate (the same code the verifier renders it with).
 This module takes the payload's records and digests as written and states who publishes the
 bundle, under which licence and by whom it was written (Publication, validated here, one sentence
 per mistake); the crate states it on its root, and the signed predicate restates it
-(bundle.statement.restated_predicate). Write the crate last, after every other file in data/:
+(bundle.predicate.restated_predicate). Write the crate last, after every other file in data/:
 it describes them all.
 """
 
@@ -99,10 +99,10 @@ def crate_metadata(files: Mapping[str, FileFacts], *, protocol: Mapping[str, Any
                    environment: Mapping[str, Any], signer_fingerprint: str | None, date_published: str,
                    publication: Publication | None = None) -> dict[str, Any]:
     """The crate of the payload whose files (names inside data/) have the sizes and digests
-    `files` (the run's bundle.ledger entries as written), describing every file except the crate
+    `files` (the run's job.publishing.ledger entries as written), describing every file except the crate
     itself and environment.json; protocol, resources, environment: those records as written.
 
-    date_published: YYYY-MM-DD (use bundle.bag.bagging_date() so that it equals Bagging-Date).
+    date_published: YYYY-MM-DD (use job.publishing.dates.bagging_date() so that it equals Bagging-Date).
     publication: licence, publisher and authors (default: Publication())."""
     return view.crate_document(
         files, protocol=protocol, resources=resources, environment=environment,

@@ -9,12 +9,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bundle import layout
-from bundle.bag import bagging_date, seal
-from bundle.keys import PRIVATE_KEY_NAME, PUBLIC_KEY_NAME, fingerprint, generate, load_private_key
-from bundle.publish import assembling
+from bundle.keys import fingerprint
 from job.errors import JobError
 from job.pipeline import RunResult, execute
 from job.protocol import Protocol
+from job.publishing.dates import bagging_date
+from job.publishing.publish import assembling
+from job.publishing.seal import seal
+from job.publishing.signing_keys import PRIVATE_KEY_NAME, PUBLIC_KEY_NAME, generate, load_private_key
 from job.resources import Resources
 from job.rocrate import Publication
 from job.runtime import ThreadChoice
@@ -42,7 +44,7 @@ class RunOptions:
     def __post_init__(self) -> None:
         if self.signing_key is None and not self.ephemeral_key:
             raise JobError("No signing key was given, and an unsigned bundle cannot be verified; pass "
-                           "--signing-key KEY.pem (python -m bundle keygen makes one) or --ephemeral-key.")
+                           "--signing-key KEY.pem (python -m job keygen makes one) or --ephemeral-key.")
         if self.signing_key is not None and self.ephemeral_key:
             raise JobError("Both --signing-key and --ephemeral-key were given; pass only one of them.")
 
@@ -90,7 +92,7 @@ def run_and_seal(out: Path, protocol: Protocol, resources: Resources, key: Any, 
                  publication: Publication, threads: int | None = None,
                  shard: ShardOptions | None = None) -> RunResult:
     """Execute the protocol and seal its bundle at `out`, signed with `key`; `out` appears only
-    complete and signed (bundle.publish.assembling). `threads`: torch threads (None: the physical
+    complete and signed (job.publishing.publish.assembling). `threads`: torch threads (None: the physical
     cores this process may run on, at most the protocol's torch_threads)."""
     date = bagging_date()  # one date for the crate's datePublished and the bag's Bagging-Date
     with assembling(out) as staging:

@@ -18,7 +18,6 @@ import socket
 import tempfile
 import time
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -55,33 +54,17 @@ class BatchJob:
     temperature_sha256: str | None  # required for an audit batch: the frozen temperature.json
 
 
-def _cpuinfo_field(name: str) -> str | None:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(name):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
-
-
-def _version(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def worker_environment(threads: int) -> dict[str, Any]:
     """Where a worker runs: its machine, CPU vendor, model and the ISA torch dispatches to, its
     thread count, versions, image and commit. `cpu_kind` names the arithmetic: workers of one
     kind compute the same float32 logits for the same batch."""
     import torch
 
-    from job.environment import git_commit
+    from job.environment import cpuinfo_fields, git_commit, package_version
 
-    vendor = _cpuinfo_field("vendor_id") or platform.processor() or "unknown"
-    model = _cpuinfo_field("model name") or "unknown"
+    cpu = cpuinfo_fields()
+    vendor = cpu.get("vendor_id") or platform.processor() or "unknown"
+    model = cpu.get("model name") or "unknown"
     isa = str(torch.backends.cpu.get_cpu_capability())
     return {
         "hostname": socket.gethostname(),
@@ -90,7 +73,7 @@ def worker_environment(threads: int) -> dict[str, Any]:
         "threads": threads,
         "logical_cores": os.cpu_count() or 0,
         "python": platform.python_version(),
-        "packages": {name: _version(name) for name in WORKER_PACKAGES},
+        "packages": {name: package_version(name) for name in WORKER_PACKAGES},
         "image": os.environ.get("CALIBRATION_IMAGE"),
         "git_commit": git_commit(),
     }

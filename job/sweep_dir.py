@@ -22,10 +22,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle import layout
 from bundle.dsse import Envelope
-from bundle.publish import cleanup_stale_partials, publish, staging_dir, write_atomic
-from bundle.sweep import index_statement, plan_statement, signed_record
-from bundle.views.sweep import render_sweep_views
+from bundle.views.sweep_comparison import render_sweep_views
 from job.errors import JobError
+from job.publishing.publish import cleanup_stale_partials, publish, staging_dir, write_atomic
+from job.publishing.sweep_statements import index_statement, plan_statement, signed_record
 from job.sweep_spec import Member, Sweep
 
 

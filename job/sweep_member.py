@@ -1,7 +1,7 @@
 """One sweep member, run where Ray places it: the worker side of `python -m job sweep`.
 
 The worker builds the member's bundle in its own temporary directory and hands back the
-deterministic archive (bundle.archive) as bytes, so the driver needs no shared filesystem. A
+deterministic archive (job.publishing.archive) as bytes, so the driver needs no shared filesystem. A
 member that fails on its own input (its lock does not match its files, its protocol is refused)
 returns its one-sentence error instead of raising: Ray would re-run a raised task only if told to,
 and the same input fails the same way every time. A worker or node that dies raises nothing here;
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bundle.archive import archive
 from bundle.errors import BundleError
 from job.errors import JobError
+from job.publishing.archive import archive
 
 
 @dataclass(frozen=True)

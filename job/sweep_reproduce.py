@@ -21,12 +21,12 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle import layout
-from bundle.attestation import write_attestation
 from bundle.dsse import Envelope
 from bundle.errors import BundleError, EnvelopeError
-from bundle.keys import load_private_key
 from bundle.views.arithmetic import short_number
 from job.errors import JobError
+from job.publishing.attestation import write_attestation
+from job.publishing.signing_keys import load_private_key
 from job.sweep_spec import absolute_lock
 
 ATTESTATION_SUFFIX = ".intoto.json"
@@ -101,7 +101,7 @@ def reproduce_member(task: ReproduceTask) -> ReproduceOutcome:
         try:
             key = load_pem_private_key(task.key_pem, password=None)
             if not isinstance(key, Ed25519PrivateKey):
-                raise JobError("The reproducer's key is not an Ed25519 key; pass one bundle keygen wrote.")
+                raise JobError("The reproducer's key is not an Ed25519 key; pass one `python -m job keygen` wrote.")
             rc = reproduce(ReproduceOptions(bundle=bundle, out=out, signing_key=Path("<reproducer key>"),
                                             progress=False), resolve, key=key)
         except (JobError, BundleError) as exc:
@@ -124,7 +124,7 @@ def reproduce_sweep(options: SweepReproduceOptions) -> int:
     """Reproduce the chosen members on Ray; 0 when every one reproduced, 1 otherwise."""
     import ray
 
-    from bundle.archive import archive
+    from job.publishing.archive import archive
     from job.ray_engine import TaskOptions, completed, ray_session, remote, task_failure
 
     done = [r["name"] for r in _index_rows(options.sweep_dir) if r["status"] == "done"]

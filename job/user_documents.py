@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from bundle.errors import BundleError
+from bundle.limits import DOCUMENT_BYTES
 from bundle.schemas import validate
-from bundle.userfile import DOCUMENT_BYTES, read_user_file
+from bundle.userfile import read_user_file
 from job.errors import JobError
 
 

@@ -39,9 +39,8 @@ sys.path.insert(0, str(REPO))
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from bundle import layout
+from bundle import layout, limits
 from bundle.keys import fingerprint, public_key_pem
-from verify import limits
 
 TARGET_MB = 1024
 CELL_BYTES = 4 + 8
@@ -108,8 +107,7 @@ def _batches(keys: list[str], tokens: np.ndarray, batch_size: int) -> np.ndarray
 
 def build(out: Path, key: Ed25519PrivateKey, shape: Shape, seed: int = 0) -> Path:
     """A signed bag at `out` whose records follow from seeded random logits of `shape`."""
-    from bundle.bag import bagging_date, seal
-    from bundle.statement import restated_predicate
+    from bundle.predicate import restated_predicate
     from bundle.views.figures import render_figures
     from job.artifacts import Artifacts
     from job.bootstrap import bootstrap_record
@@ -117,6 +115,8 @@ def build(out: Path, key: Ed25519PrivateKey, shape: Shape, seed: int = 0) -> Pat
     from job.pipeline import metrics_record, stage, temperature_record, trajectory_record
     from job.predictions import PoolOutput, Predictions, predictions_table
     from job.protocol import Protocol
+    from job.publishing.dates import bagging_date
+    from job.publishing.seal import seal
     from job.rocrate import Publication, crate_bytes
     from job.stability import stability_record
     from scripts.payload_report import report_markdown
@@ -216,7 +216,8 @@ def build(out: Path, key: Ed25519PrivateKey, shape: Shape, seed: int = 0) -> Pat
     predicate = restated_predicate(protocol_sha256=protocol.sha256, resources=resources, temperature=temperature,
                                    temperature_sha256=temperature_sha256, metrics=metrics,
                                    publication=Publication().record())
-    seal(out, art.ledger, description="bundle at the format's limits", protocol_sha256=protocol.sha256,
+    seal(out, art.ledger, date=bagging_date(), description="bundle at the format's limits",
+         protocol_sha256=protocol.sha256,
          profile="other", predicate=predicate, private_key=key)
     return out
 

@@ -111,7 +111,7 @@ def _loop(sweep: Any, lock: Path, tmp: Path, threads: int) -> float:
 
 
 def _archive_size(bag: Path, tmp: Path) -> int:
-    from bundle.archive import archive
+    from job.publishing.archive import archive
 
     return archive(bag, tmp / f"{bag.name}.tar.gz").stat().st_size
 
@@ -124,7 +124,7 @@ def bench(sweep_path: Path, loop_threads: int) -> None:
     lock = (sweep_path.resolve().parent / doc["lock"]).resolve()
     with tempfile.TemporaryDirectory(prefix="bench-sweep-") as name:
         tmp = Path(name)
-        subprocess.run([sys.executable, "-m", "bundle", "keygen", "--out", str(tmp / "keys")], cwd=REPO, check=True,
+        subprocess.run([sys.executable, "-m", "job", "keygen", "--out", str(tmp / "keys")], cwd=REPO, check=True,
                        capture_output=True)
         key = tmp / "keys" / "signing-key.pem"
         load_start = os.getloadavg()[0]
@@ -156,8 +156,8 @@ def paper(sweep_path: Path, members: int) -> None:
     of the given sweep's base (the index rows repeat a real summary's shape)."""
     import resource
 
-    from bundle.keys import generate, load_private_key
-    from bundle.sweep import index_statement, signed_record
+    from job.publishing.signing_keys import generate, load_private_key
+    from job.publishing.sweep_statements import index_statement, signed_record
     from job.sweep_dir import plan_bytes
     from job.sweep_spec import expand
     from job.user_documents import read_checked

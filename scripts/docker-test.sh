@@ -7,7 +7,7 @@
 #     (overlay2, falling back to vfs; without iptables/bridge if those fail).
 #  2. Base image (debootstrap, reused) unless BASE_IMAGE is set; `make wheelhouse`; `make image`.
 #  3. Stand-in job twice in the container (--network none, fixtures read-only, key from
-#     `python -m bundle keygen` on the host), each into its own /out; verify both on the host
+#     `python -m job keygen` on the host), each into its own /out; verify both on the host
 #     with `python -m verify --trusted-key`; the same job once on the host.
 #  4. data/predictions/*.parquet, data/temperature.json, data/trajectory.json and
 #     data/metrics.json must be byte-identical across the three bundles.
@@ -130,8 +130,8 @@ WORK=$(mktemp -d /tmp/docker-test.XXXXXX)
 [[ "${KEEP:-0}" == 1 ]] || trap 'rm -rf -- "$WORK"' EXIT
 echo "work directory: $WORK"
 
-step "signing key (python -m bundle keygen on the host)"
-"$PY" -m bundle keygen --out "$WORK/keys" || die "keygen failed"
+step "signing key (python -m job keygen on the host)"
+"$PY" -m job keygen --out "$WORK/keys" || die "keygen failed"
 ls -l "$WORK/keys"
 done_step
 
@@ -182,7 +182,7 @@ done_step
 
 # ---- 5. re-execution -----------------------------------------------------------------------
 step "reproduce container bundle 1 in the container (--network none, bundle read-only)"
-"$PY" -m bundle keygen --out "$WORK/reproducer" || die "keygen (reproducer) failed"
+"$PY" -m job keygen --out "$WORK/reproducer" || die "keygen (reproducer) failed"
 IMAGE=$IMAGE OUTDIR="$WORK/r" KEYDIR="$WORK/reproducer" FIXTURES="$FIXTURES" BUNDLE="$WORK/c1/bundle" \
   bash scripts/docker-run.sh reproduce /bundle/bundle --out /out/reproduction.intoto.json \
     --signing-key /keys/signing-key.pem --resources "/app/$LOCK" --no-progress ||

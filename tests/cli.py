@@ -1,5 +1,5 @@
-"""The three command lines run in this process, the way a user runs them but without starting an
-interpreter (and importing torch) for each call: `run_job`, `run_verify` and `run_bundle` call the
+"""The two command lines run in this process, the way a user runs them but without starting an
+interpreter (and importing torch) for each call: `run_job` and `run_verify` call the
 command's `main(argv)` with stdout and stderr captured, and return what a child process would have
 shown: the exit status, the text on stdout and the text on stderr.
 
@@ -106,13 +106,5 @@ def run_verify(args: Sequence[str | Path], *, cwd: Path | None = None,
                env: Mapping[str, str | None] | None = None, timeout: float | None = None) -> Ran:
     """`python -m verify ARGS`, in this process."""
     from verify.__main__ import main
-
-    return _run(main, args, cwd, env, timeout)
-
-
-def run_bundle(args: Sequence[str | Path], *, cwd: Path | None = None,
-               env: Mapping[str, str | None] | None = None, timeout: float | None = None) -> Ran:
-    """`python -m bundle ARGS` (the calibration-bundle command), in this process."""
-    from bundle.__main__ import main
 
     return _run(main, args, cwd, env, timeout)

@@ -55,7 +55,7 @@ def tiny_world(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 @pytest.fixture(scope="session")
 def signing_key_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from bundle.keys import generate
+    from job.publishing.signing_keys import generate
 
     out = tmp_path_factory.mktemp("keys") / "k"
     generate(out)

@@ -36,8 +36,8 @@ PUBLICATION = ["--license", "https://spdx.org/licenses/CC-BY-4.0",
 def main() -> int:
     sys.path.insert(0, str(REPO))
     os.environ.update(HF_HUB_OFFLINE="1", SOURCE_DATE_EPOCH=SOURCE_DATE_EPOCH, PYTHONHASHSEED="0")
-    from bundle.keys import PUBLIC_KEY_NAME, generate
     from job.cli import main as job
+    from job.publishing.signing_keys import PUBLIC_KEY_NAME, generate
     from tests.factory import make_world
 
     with tempfile.TemporaryDirectory(prefix="golden-bundle-") as tmp:

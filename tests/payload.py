@@ -1,5 +1,5 @@
 """A payload that a test wrote file by file (not through the job), read back as the job's stages
-would have handed it on: its ledger (every file passed through bundle.ledger.Ledger again), the
+would have handed it on: its ledger (every file passed through job.publishing.ledger.Ledger again), the
 predicate restated from its files, and the records the studies compute from its files."""
 
 from __future__ import annotations
@@ -13,17 +13,18 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from bundle import layout
-from bundle.bag import payload_files, seal
 from bundle.canonical import dumps, loads_strict
 from bundle.crate_graph import entities, stated_publication
 from bundle.crate_terms import VOLATILE
-from bundle.ledger import Ledger
-from bundle.statement import restated_predicate
+from bundle.predicate import restated_predicate
 from bundle.views.crate import Described
 from bundle.views.figures import render_figures
 from job.bootstrap import bootstrap_record
 from job.predictions import Predictions
 from job.protocol import AUDIT, CALIBRATION, BootstrapSpec, FitSpec, StabilitySpec
+from job.publishing.dates import bagging_date
+from job.publishing.ledger import Ledger
+from job.publishing.seal import payload_files, seal
 from job.rocrate import CRATE, Publication, crate_metadata
 from job.stability import stability_record
 
@@ -44,7 +45,7 @@ def publication_from_crate(crate: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def predicate_from_payload(bag: Path) -> dict[str, Any]:
-    """bundle.statement.restated_predicate of the records in bag/data/, the publication read
+    """bundle.predicate.restated_predicate of the records in bag/data/, the publication read
     back from the crate's root."""
     def doc(path: str) -> Any:
         return loads_strict((bag / path).read_bytes(), source=path)
@@ -57,11 +58,12 @@ def predicate_from_payload(bag: Path) -> dict[str, Any]:
 
 
 def seal_payload(bag: Path, *, predicate: Mapping[str, Any] | None = None, **options: Any) -> None:
-    """bundle.bag.seal of the payload a test wrote under bag/data/; signed (private_key given)
+    """job.publishing.seal.seal of the payload a test wrote under bag/data/; signed (private_key given)
     with `predicate`, by default the one restated from the payload."""
     ledger = ledger_of(bag)
     if options.get("private_key") is not None and predicate is None:
         predicate = predicate_from_payload(bag)
+    options.setdefault("date", bagging_date())
     seal(bag, ledger, predicate=predicate, **options)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 
-from bundle.keys import load_private_key
+from job.publishing.signing_keys import load_private_key
 
 
 def write_sweep(path: Path, world: tuple[Path, Path], *, prefixes: list[str], name: str = "tiny",

@@ -7,7 +7,7 @@ pools, Parquet predictions of seeded random float32 logits, and every record com
 then the derived files (figures, report.md, ro-crate-metadata.json) written by the job's own
 modules, so that a verifier checking them is checked against what the job produces. The same
 arguments give the same bytes. `make_bundle(out, key)` seals and signs such a payload with
-bundle.bag.seal. No model runs, so a full-size bundle (sizes=None) takes about a second.
+job.publishing.seal.seal. No model runs, so a full-size bundle (sizes=None) takes about a second.
 
 The payload uses its own straightforward bisection and softmax; its metrics come from
 verify.numerics, whose correctness is tested separately against brute force, and its estimators
@@ -277,7 +277,7 @@ def write_payload(data: Path, *, sizes: tuple[int, int, int] | None = (8, 40, 40
 
 def write_derived(data: Path, signer_fingerprint: str | None) -> None:
     """Figures, report.md, then the crate (last), written by the job's own modules."""
-    from bundle.bag import bagging_date
+    from job.publishing.dates import bagging_date
     from job.rocrate import CRATE
     from scripts.payload_report import REPORT, report_markdown
 
@@ -354,7 +354,7 @@ def _stability(protocol: dict[str, Any], psha: str, digests: dict[str, str],
 
 
 def make_bundle(out: Path, key: Ed25519PrivateKey, **kwargs: Any) -> Path:
-    """A synthetic, signed bag at `out` sealed by bundle.bag.seal."""
+    """A synthetic, signed bag at `out` sealed by job.publishing.seal.seal."""
     psha = write_payload(out / "data", signer_fingerprint=fingerprint(key), **kwargs)
     seal_payload(out, description="synthetic test bundle", protocol_sha256=psha,
          profile=kwargs.get("profile", "other"), private_key=key)

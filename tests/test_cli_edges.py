@@ -1,8 +1,8 @@
-"""The edges of all three command lines (`python -m verify`, `python -m job`, `python -m bundle`):
-an operator file that is a FIFO, a device, too large or two PEM blocks gets one sentence and exit
-2, quickly; an empty path is a usage error (both in this process, tests/cli.py); a closed stdout or
-an ASCII-only one never turns into a traceback and never changes the exit code (run as a user runs
-them, in a child process, since only a process has its own stdout and encoding)."""
+"""The edges of both command lines (`python -m verify`, `python -m job`): an operator file that
+is a FIFO, a device, too large or two PEM blocks gets one sentence and exit 2, quickly; an empty path
+is a usage error (both in this process, tests/cli.py); a closed stdout or an ASCII-only one never
+turns into a traceback and never changes the exit code (run as a user runs them, in a child
+process, since only a process has its own stdout and encoding)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from bundle.archive import archive
-from bundle.keys import generate
-from tests.cli import Ran, run_bundle, run_job, run_verify
+from job.publishing.archive import archive
+from job.publishing.signing_keys import generate
+from tests.cli import Ran, run_job, run_verify
 from tests.verify.tamper import Keys, copy_bag, synthetic_bag, verify_keys  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,7 +73,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, synthetic_bag: Path,  # noqa
             "big": work / "big", "zero": Path("/dev/zero"), "work": work}
 
 
-_KEY_OPTIONS = ("bundle cosign", "job reproduce --signing-key", "verify --trusted-key")
+_KEY_OPTIONS = ("job cosign", "job reproduce --signing-key", "verify --trusted-key")
 _DOCUMENT_OPTIONS = ("job reproduce --resources", "job run --protocol")
 
 
@@ -86,7 +86,7 @@ def test_operator_files_refused_in_one_sentence(command: str, bad: str,
     path = str(world["two-pub" if bad == "two" and command.startswith("verify") else bad])
     out = str(world["work"] / f"out-{command.replace(' ', '-')}-{bad}")
     run, args = {
-        "bundle cosign": (run_bundle, ["cosign", str(world["bag"]), "--signing-key", path]),
+        "job cosign": (run_job, ["cosign", str(world["bag"]), "--signing-key", path]),
         "job reproduce --signing-key": (run_job, ["reproduce", str(world["tar"]), "--out", out,
                                                   "--signing-key", path]),
         "job reproduce --resources": (run_job, ["reproduce", str(world["tar"]), "--out", out,
@@ -108,8 +108,8 @@ def test_operator_files_refused_in_one_sentence(command: str, bad: str,
 
 @pytest.mark.parametrize(("run", "args"), [
     (run_verify, [""]),
-    (run_bundle, ["archive", ""]),
-    (run_bundle, ["cosign", "", "--signing-key", "k.pem"]),
+    (run_job, ["archive", ""]),
+    (run_job, ["cosign", "", "--signing-key", "k.pem"]),
     (run_job, ["reproduce", "", "--out", "a.json", "--signing-key", "k.pem"]),
 ])
 def test_empty_path_is_a_usage_error(run: Callable[[list[str]], Ran], args: list[str]) -> None:
@@ -131,7 +131,7 @@ def test_verify_output_edges_keep_the_exit_code(edge: str, world: dict[str, Path
 @pytest.mark.parametrize("edge", ["closed", "broken-pipe", "ascii"])
 def test_bundle_output_edges_keep_the_exit_code(edge: str, world: dict[str, Path]) -> None:
     target = world["work"] / f"r\u00e9-{edge}.tar.gz"
-    code, out, err, _ = _run(["-m", "bundle", "archive", str(world["bag"]), "--out", str(target)],
+    code, out, err, _ = _run(["-m", "job", "archive", str(world["bag"]), "--out", str(target)],
                              close_stdout=edge == "closed", broken_pipe=edge == "broken-pipe",
                              env={"PYTHONIOENCODING": "ascii"} if edge == "ascii" else None)
     assert err == "" and code == 0 and target.is_file(), err

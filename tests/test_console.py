@@ -21,8 +21,8 @@ def _command(name: str) -> Path:
 
 
 def test_the_console_commands_work_from_the_users_own_folder(tmp_path: Path) -> None:
-    job, bundle = _command("calibration-job"), _command("calibration-bundle")
-    keys = subprocess.run([str(bundle), "keygen", "--out", "keys"], cwd=tmp_path, capture_output=True, text=True,
+    job = _command("calibration-job")
+    keys = subprocess.run([str(job), "keygen", "--out", "keys"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=60, check=False)
     assert keys.returncode == 0 and (tmp_path / "keys" / "signing-key.pub.pem").is_file(), keys.stderr
     (tmp_path / "lock.json").write_text("{}")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from verify import limits
+from bundle import limits
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = sorted([REPO / "README.md", REPO / "bundle" / "FORMAT.md", REPO / "verify" / "README.md",
@@ -83,3 +83,52 @@ def test_the_verifier_readme_quotes_the_same_caps() -> None:
     text = " ".join((REPO / "verify" / "README.md").read_text(encoding="utf-8").split())
     assert (f"at most {limits.MAX_ENTRIES:,} members, {limits.MAX_FILE_BYTES // MIB} MiB a file and "
             f"{limits.MAX_TOTAL_BYTES // MIB} MiB in all") in text
+
+
+MAPPED = ("job", "bundle", "verify")
+"""The packages the guide's layout map lists module by module, subpackages included."""
+
+
+def _layout_map() -> dict[str, list[str]]:
+    """Package folder ("job/publishing") -> the modules the guide's layout map lists under it."""
+    text = (REPO / "docs" / "GUIDE.md").read_text(encoding="utf-8")
+    block = text.split("Three parts, and imports flow one way", 1)[1].split("```", 2)[1]
+    listed: dict[str, list[str]] = {}
+    package = None
+    for line in block.splitlines():
+        head = re.match(r"^([a-z_/]+)/\s", line)
+        if head:
+            package = head.group(1) if head.group(1).split("/")[0] in MAPPED else None
+            if package is not None:
+                listed[package] = []
+        elif package is not None and line.startswith("  ") and not line.startswith("   "):
+            left = re.split(r"\s{2,}", line.strip(), maxsplit=1)[0]
+            listed[package] += [name.strip() for name in left.split(",") if name.strip()]
+    return listed
+
+
+def _packages() -> dict[str, set[str]]:
+    """Package folder -> the module names it holds (every .py but __init__)."""
+    found: dict[str, set[str]] = {}
+    for top in MAPPED:
+        for init in (REPO / top).rglob("__init__.py"):
+            folder = init.parent
+            found[folder.relative_to(REPO).as_posix()] = {p.stem for p in folder.glob("*.py")} - {"__init__"}
+    return found
+
+
+def test_the_layout_map_names_every_module_and_only_modules_that_exist() -> None:
+    listed, actual = _layout_map(), _packages()
+    assert sorted(listed) == sorted(actual), "packages in the map and in the tree differ"
+    for package, modules in actual.items():
+        names = listed[package]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        assert twice == [], f"{package}/: listed twice: {twice}"
+        assert sorted(set(names) - modules) == [], f"{package}/ lists modules that do not exist"
+        assert sorted(modules - set(names)) == [], f"{package}/ holds modules the map omits"
+
+
+def test_the_layout_map_is_read_package_by_package() -> None:
+    listed = _layout_map()
+    assert "seal" in listed["job/publishing"] and "sweep_comparison" in listed["bundle/views"]
+    assert "limits" in listed["bundle"] and "limits" not in listed["verify"]

@@ -15,8 +15,10 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from bundle import layout
-from verify import __version__, limits, reproduction, signature, sweep, verdict_output, vsa
+from bundle import layout, limits
+from bundle.terminal import nonempty_path, tolerant_stdout
+from bundle.userfile import describe, read_user_file
+from verify import __version__, reproduction, signature, sweep_verification, verdict_output, vsa
 from verify.api import Outcome, verify_path
 from verify.context import Attestation, Trust
 from verify.result import EXIT_FAILED, EXIT_OK, EXIT_UNREADABLE, Failed, InputError
@@ -29,41 +31,11 @@ def _say(message: str) -> None:
     print(f"verify: {text}", file=sys.stderr)
 
 
-def _path(text: str) -> Path:
-    """argparse type for a path: "" would silently mean the current folder, so it is refused."""
-    if not text:
-        raise argparse.ArgumentTypeError("an empty path names no file; pass a path")
-    return Path(text)
-
-
-def _tolerant_stdio() -> None:
-    """Characters the output encoding lacks (PYTHONIOENCODING=ascii) become backslash escapes
-    instead of an error; a closed stdout is None and is skipped by `_out`."""
-    for stream in (sys.stdout, sys.stderr):
-        reconfigure = getattr(stream, "reconfigure", None)
-        if reconfigure is not None:
-            try:
-                reconfigure(errors="backslashreplace")
-            except (OSError, ValueError):
-                pass
-
-
 def _out(text: str) -> None:
-    """Write the report table to stdout, as much as can be written: a closed stdout or a reader
-    that has gone costs the report, never the exit code (which carries the verdict)."""
-    stream = sys.stdout
-    if stream is None:
-        return
-    try:
-        stream.write(text)
-        stream.flush()
-    except (OSError, ValueError):
-        try:  # nothing left for the interpreter's own flush at exit to fail on
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, stream.fileno())
-            os.close(devnull)
-        except (OSError, ValueError):
-            pass
+    """Write the report table to stdout, as much as can be written (bundle.terminal.tolerant_stdout):
+    a closed stdout or a reader that has gone costs the report, never the exit code (which carries
+    the verdict)."""
+    print(text, end="", flush=True)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -80,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "recomputed from the stored logits.",
                 epilog="exit codes: 0 verified with a trusted signer; 1 a check failed; 2 usage "
                        "or unreadable input; 3 every check passed but no trusted key was given")
-    p.add_argument("bundle", type=_path, nargs="?",
+    p.add_argument("bundle", type=nonempty_path, nargs="?",
                    help="the bag folder, the bundle .tar.gz archive, or a sweep directory (python -m job sweep)")
     trust = p.add_mutually_exclusive_group()
     trust.add_argument("--trusted-key", metavar="PUB.pem", action="append",
@@ -90,10 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="sha256 hex of the signer's raw 32-byte Ed25519 public key")
     p.add_argument("--threshold", metavar="N", type=int, default=1,
                    help="how many distinct trusted keys must have signed (default 1)")
-    p.add_argument("--protocol", metavar="provenance.json", type=_path,
+    p.add_argument("--protocol", metavar="provenance.json", type=nonempty_path,
                    help="also require data/protocol.json to be byte-identical to this "
                         "pre-registered protocol")
-    p.add_argument("--json", metavar="REPORT.json", type=_path,
+    p.add_argument("--json", metavar="REPORT.json", type=nonempty_path,
                    help="also write the report as JSON (verify/report.schema.json)")
     p.add_argument("--reproduction", metavar="ATT.json", action="append", default=[],
                    help="a reproduction attestation (python -m job reproduce) to check; repeatable")
@@ -102,11 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--require-bit-identical", action="store_true",
                    help="count a reproduction only when its logits are the bundle's bit for bit, not "
                         "merely equivalent within the protocol's tolerance")
-    p.add_argument("--attest", metavar="KEY.pem", type=_path,
+    p.add_argument("--attest", metavar="KEY.pem", type=nonempty_path,
                    help="sign a verification summary (SLSA VSA v1) of this verification with this Ed25519 "
                         "private key; needs --out and a trusted key")
-    p.add_argument("--out", metavar="VSA.json", type=_path, help="where --attest writes the summary")
-    p.add_argument("--vsa", metavar="VSA.json", type=_path,
+    p.add_argument("--out", metavar="VSA.json", type=nonempty_path, help="where --attest writes the summary")
+    p.add_argument("--vsa", metavar="VSA.json", type=nonempty_path,
                    help="read a verification summary back (with --trusted-verifier; BUNDLE, if given, must "
                         "be its subject)")
     p.add_argument("--trusted-verifier", metavar="PUB.pem", action="append", default=[],
@@ -154,10 +126,10 @@ def _verify_sweep(args: argparse.Namespace) -> int:
                          "threshold from 1 to the number of --trusted-key.")
     attestations = tuple(reproduction.load_attestation(a) for a in args.reproduction)
     reproducers = tuple(signature.load_trusted_key(k) for k in args.trusted_reproducer)
-    outcome = sweep.verify_sweep(args.bundle, keys, attestations=attestations, reproducers=reproducers,
+    outcome = sweep_verification.verify_sweep(args.bundle, keys, attestations=attestations, reproducers=reproducers,
                                  threshold=args.threshold, require_bit_identical=args.require_bit_identical,
                                  max_tolerance=args.max_tolerance)
-    _out(sweep.sweep_table(outcome))
+    _out(sweep_verification.sweep_table(outcome))
     return outcome.exit_code
 
 
@@ -180,7 +152,7 @@ def _read_vsa(args: argparse.Namespace) -> int:
     """--vsa: the summary, signed by a trusted verifier, printed; with BUNDLE, whether it is that
     bundle's. Exit 0 only for a PASSED summary about the bundle given (or no bundle given)."""
     keys = [signature.load_trusted_key(str(k)) for k in args.trusted_verifier]
-    data = limits.read_small_file(args.vsa, "the verification summary", vsa.MAX_VSA_BYTES)
+    data = read_user_file(args.vsa, "verification summary", vsa.MAX_VSA_BYTES, InputError)
     try:
         found = vsa.read_summary(data, str(args.vsa), keys)
     except Failed as exc:
@@ -217,7 +189,12 @@ def _attest(args: argparse.Namespace, outcome: Outcome, attestations: tuple[Atte
 
 
 def main(argv: list[str] | None = None) -> int:
-    _tolerant_stdio()
+    """Run the command line; return the exit status."""
+    with tolerant_stdout():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         _usage(args)
@@ -229,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.bundle.is_symlink():
             raise InputError(f"{args.bundle} is a symbolic link; pass the bag folder or archive "
                              "itself.")
-        if sweep.is_sweep(args.bundle):
+        if sweep_verification.is_sweep(args.bundle):
             return _verify_sweep(args)
         trust = Trust()
         count = len(set(args.trusted_key or []))
@@ -245,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                           source="--trusted-fingerprint")
         expected = None
         if args.protocol is not None:
-            expected = hashlib.sha256(limits.read_small_file(args.protocol, "the protocol")
+            expected = hashlib.sha256(read_user_file(args.protocol, "protocol", limits.MAX_PROTOCOL_BYTES, InputError)
                                       ).hexdigest()
         attestations = tuple(reproduction.load_attestation(a) for a in args.reproduction)
         reproducers = tuple(signature.load_trusted_key(k) for k in args.trusted_reproducer)
@@ -259,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_UNREADABLE
     except (OSError, UnicodeError, MemoryError, RecursionError) as exc:
         # The input's edges (names the filesystem refuses, a full disk, memory): one sentence.
-        _say(f"{args.bundle} cannot be verified ({limits.describe(exc)}); pass the bag folder or "
+        _say(f"{args.bundle} cannot be verified ({describe(exc)}); pass the bag folder or "
              ".tar.gz the job wrote, on a disk with free space.")
         return EXIT_UNREADABLE
     _out(verdict_output.table(outcome))
@@ -268,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             _write_report(args.json, verdict_output.dumps_report(outcome))
     except (OSError, UnicodeError, ValueError) as exc:
         _say(f"cannot write the report{f' to {args.json}' if args.json else ''} "
-             f"({limits.describe(exc)}); choose another path.")
+             f"({describe(exc)}); choose another path.")
         return EXIT_UNREADABLE
     try:
         if attesting is not None:
@@ -277,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         _say(str(exc))
         return EXIT_UNREADABLE
     except OSError as exc:
-        _say(f"cannot write the summary to {args.out} ({limits.describe(exc)}); choose another path.")
+        _say(f"cannot write the summary to {args.out} ({describe(exc)}); choose another path.")
         return EXIT_UNREADABLE
     return outcome.exit_code
 

@@ -1,13 +1,15 @@
 """A PEP 517 backend (wheels only) for the calibration-verify distribution.
 
-The verifier lives in the repository's verify/ and reads definitions from bundle/ and schemas/,
-which are shared with the job; this backend packs exactly those files into one wheel, so the
-distribution cannot drift from the checkout it is built from. Standard library only: it builds
+The verifier lives in the repository's verify/ and reads the format core bundle/ and schemas/,
+which the job shares; this backend packs those packages whole into one wheel, so the distribution
+cannot drift from the checkout it is built from, and a module added to either is shipped without
+a list to keep. Standard library only: it builds
 offline. The wheel is reproducible: entries sorted, fixed timestamps and permissions.
 
-Installed layout (site-packages): verify/ (every module and report.schema.json), bundle/ (only
-the definition and view modules verify/ imports, see BUNDLE_MODULES) and schemas/*.schema.json, where
-bundle.schemas.SCHEMA_DIR finds them (next to bundle/).
+Installed layout (site-packages): verify/ (every module and report.schema.json), bundle/ (every
+module of the package and its subpackages: the format core imports nothing else of the project,
+tests/bundle/test_imports.py) and schemas/*.schema.json, where bundle.schemas.SCHEMA_DIR finds
+them (next to bundle/).
 """
 
 from __future__ import annotations
@@ -22,11 +24,9 @@ ROOT = Path(__file__).resolve().parent.parent
 """The repository checkout this distribution is built from."""
 NAME = "calibration-verify"
 DIST = NAME.replace("-", "_")
-BUNDLE_MODULES = ("__init__", "canonical", "crate_graph", "crate_terms", "dsse", "errors", "keys", "layout",
-                  "schemas", "userfile", "views/__init__", "views/arithmetic", "views/crate", "views/figures",
-                  "views/markdown", "views/report", "views/smooth", "views/sweep")
-"""The modules of bundle/ that verify/ imports (tests/verify/test_structure.py: definitions and the
-renderers of the views)."""
+PACKAGES = ("verify", "bundle")
+"""The packages shipped whole, every module of every subpackage (the build backend itself aside)."""
+PACKAGE_DATA = ("verify/report.schema.json",)
 REQUIRES = ("cryptography", "jsonschema", "matplotlib", "numpy", "pyarrow", "referencing")
 """What the packed modules import; verify/requirements.txt pins them (and theirs) with hashes."""
 ENTRY_POINTS = "[console_scripts]\ncalibration-verify = verify.__main__:main\n"
@@ -45,11 +45,12 @@ def version() -> str:
 def files() -> dict[str, bytes]:
     """Wheel path -> bytes of every file the distribution installs."""
     out: dict[str, bytes] = {}
-    for path in sorted((ROOT / "verify").iterdir()):
-        if (path.suffix == ".py" and path.name != Path(__file__).name) or path.name == "report.schema.json":
-            out[f"verify/{path.name}"] = path.read_bytes()
-    for module in BUNDLE_MODULES:
-        out[f"bundle/{module}.py"] = (ROOT / "bundle" / f"{module}.py").read_bytes()
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path.resolve() != Path(__file__).resolve() and "__pycache__" not in path.parts:
+                out[path.relative_to(ROOT).as_posix()] = path.read_bytes()
+    for name in PACKAGE_DATA:
+        out[name] = (ROOT / name).read_bytes()
     for pattern in ("*.schema.json", "*.digests.json"):
         for path in sorted((ROOT / "schemas").glob(pattern)):
             out[f"schemas/{path.name}"] = path.read_bytes()

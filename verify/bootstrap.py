@@ -19,9 +19,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from bundle import layout
-from verify import limits, numerics
+from bundle.wording import interval_verdict
+from verify import numerics
 from verify.context import Context
 from verify.numerics import F64, I64
+from verify.protocol_checks import bounded_dimensions
 from verify.result import Failed
 
 TOL = 1e-9
@@ -121,14 +123,6 @@ def scored(terms: tuple[F64, F64, F64], counts: F64) -> dict[str, F64]:
     return {"nll": counts @ nll / n, "brier": counts @ brier / n, "ece": np.abs(counts @ gap).sum(axis=1) / n}
 
 
-def verdict(lower: float, upper: float) -> str:
-    if upper < 0:
-        return "decrease"
-    if lower > 0:
-        return "increase"
-    return "no claim"
-
-
 def check_record(doc: dict[str, Any], protocol: dict[str, Any], audit_n: int, beta: float,
                  shas: dict[str, str]) -> str:
     spec = protocol["bootstrap"]
@@ -180,10 +174,10 @@ def check_differences(doc: dict[str, Any], z: F64, y: I64) -> str:
         for key, want in (("point", point), ("lower", lower), ("upper", upper)):
             if not abs(found[key] - want) <= TOL:
                 problems.append(f"{metric}.{key}: bundle {found[key]!r}, recomputed {want!r}")
-        if found["verdict"] != verdict(found["lower"], found["upper"]):
+        if found["verdict"] != interval_verdict(found["lower"], found["upper"]):
             problems.append(f"{metric}.verdict is {found['verdict']!r} for the interval "
                             f"[{found['lower']!r}, {found['upper']!r}], the rule gives "
-                            f"{verdict(found['lower'], found['upper'])!r}")
+                            f"{interval_verdict(found['lower'], found['upper'])!r}")
     if problems:
         raise Failed("bootstrap differs from the logits: " + "; ".join(problems[:3]) + ".")
     summary = ", ".join(f"{m} {f['point']:+.4f} [{f['lower']:+.4f}, {f['upper']:+.4f}] "
@@ -208,7 +202,7 @@ def record(ctx: Context) -> str:
 def intervals(ctx: Context) -> str:
     """The resample matrix from the seed, every resample scored, quantile intervals, verdicts."""
     doc = ctx.doc(layout.BOOTSTRAP_JSON)
-    dims = limits.bounded_dimensions(ctx.doc(layout.PROTOCOL_JSON))
+    dims = bounded_dimensions(ctx.doc(layout.PROTOCOL_JSON))
     # The record's count sizes the matrix rebuilt here: it may not exceed what the protocol
     # (already bounded) asks for, whatever bootstrap.record says about it.
     if doc["resamples"] != dims.resamples:

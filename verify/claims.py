@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any, Final
 
 from bundle import layout
+from bundle.predicate import restated_claims
 from bundle.schemas import SCHEMA_DIR
 from verify import schemacheck
 from verify.context import Context
 from verify.result import Failed
 
-HEADLINE = ("accuracy", "nll", "brier", "ece", "mce")
 CHECKED_ELSEWHERE = ("format", "publication")
 """Predicate claims with a check of their own (format.version, crate.publication)."""
 
@@ -23,31 +23,11 @@ def expected_predicate(ctx: Context) -> dict[str, Any]:
     """The predicate restated from the payload, the verifier's schemas and the signer."""
     resources = ctx.doc(layout.RESOURCES_JSON)
     temperature = ctx.doc(layout.TEMPERATURE_JSON)
-    audit = ctx.doc(layout.METRICS_JSON)["pools"]["audit"]
+    metrics = ctx.doc(layout.METRICS_JSON)
     return {
-        "protocol_sha256": ctx.sha(layout.PROTOCOL_JSON),
-        "profile": resources["profile"],
-        "resources": {
-            part: {
-                "repo_id": resources[part]["repo_id"],
-                "revision": resources[part]["revision"],
-                "source": resources[part]["source"],
-                "files": [{"path": f["path"], "sha256": f["sha256"],
-                           "pinned_sha256": f["pinned_sha256"], "pin": f["pin"],
-                           "matches_pin": f["matches_pin"]} for f in resources[part]["files"]],
-            } for part in ("model", "dataset")
-        },
-        "temperature": {
-            "temperature": temperature["temperature"],
-            "beta": temperature["beta"],
-            "boundary": temperature["boundary"],
-            "sha256": ctx.sha(layout.TEMPERATURE_JSON),
-        },
-        "audit": {
-            "n": audit["raw"]["n"],
-            "raw": {k: audit["raw"][k] for k in HEADLINE},
-            "calibrated": {k: audit["calibrated"][k] for k in HEADLINE},
-        },
+        **restated_claims(protocol_sha256=ctx.sha(layout.PROTOCOL_JSON), resources=resources,
+                          temperature=temperature, temperature_sha256=ctx.sha(layout.TEMPERATURE_JSON),
+                          metrics=metrics),
         "schemas": {path: {"id": schemacheck.schema_id(name),
                            "sha256": schemacheck.schema_sha256(name)}
                     for path, name in sorted(layout.PAYLOAD_SCHEMAS.items())

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from bundle import layout
+from bundle.wording import NO_CLAIM, interval_verdict
 from verify import bootstrap, numerics
 from verify.context import METRIC_TOL, Context
 from verify.numerics import F64, I64
@@ -321,11 +322,11 @@ def expected_record(protocol: dict[str, Any], z: F64, y: I64, beta: float) -> di
             point = (None if out["raw"]["value"] is None or out["calibrated"]["value"] is None
                      else out["calibrated"]["value"] - out["raw"]["value"])
             if q is None or point is None:
-                out["difference"] = {"point": point, "lower": None, "upper": None, "verdict": "no claim",
+                out["difference"] = {"point": point, "lower": None, "upper": None, "verdict": NO_CLAIM,
                                      "reason": "a resample left the estimate undefined"}
             else:
-                verdict = "decrease" if q[1] < 0 else "increase" if q[0] > 0 else "no claim"
-                out["difference"] = {"point": point, "lower": q[0], "upper": q[1], "verdict": verdict}
+                out["difference"] = {"point": point, "lower": q[0], "upper": q[1],
+                                     "verdict": interval_verdict(q[0], q[1])}
         results[entry["id"]] = out
     return {"pool": "audit", "resamples": resamples, "seed": seed, "statistic": "calibrated minus raw",
             "results": results}

@@ -1,6 +1,6 @@
 """Extraction of a bundle archive (.tar.gz) into an empty folder, exactly as GNU tar would extract
 it, or a refusal: the headers are read by the strict reader in verify/ustar.py (the dialect
-`bundle archive` writes), and the names are checked here so that no two members can land on the
+`job archive` writes), and the names are checked here so that no two members can land on the
 same path or on each other's folders, on a case-sensitive file system or not. Sizes and counts are
 checked at each header, before its data is read; data is copied in bounded chunks. Only names and
 bytes are taken from the archive: modes, owners and times never are (files are written 0600 by
@@ -15,7 +15,9 @@ import unicodedata
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Final
 
-from verify import limits, ustar
+from bundle import limits
+from bundle.userfile import describe
+from verify import ustar
 from verify.context import Context
 from verify.result import Failed, InputError, UnsafeArchive
 
@@ -46,7 +48,7 @@ def _safe_name(name: str) -> PurePosixPath:
                             "refusing to extract it.", member=name, reason="path escapes with ..")
     if any(p in ("", ".") for p in parts):
         raise UnsafeArchive(f"archive member {name!r} has an empty or '.' path component, which "
-                            f"`bundle archive` never writes{ustar.FOREIGN}.", member=name,
+                            f"`job archive` never writes{ustar.FOREIGN}.", member=name,
                             reason="empty or . path component")
     if len(parts[0]) >= 2 and parts[0][1] == ":":
         raise UnsafeArchive(f"archive member {name!r} starts with a drive letter; refusing to extract "
@@ -123,7 +125,7 @@ def _open_archive(archive: Path) -> BinaryIO:
     try:
         fd = os.open(archive, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
-        raise InputError(f"{archive} cannot be read ({limits.describe(exc)}); pass the bag "
+        raise InputError(f"{archive} cannot be read ({describe(exc)}); pass the bag "
                          "folder or the archive the job wrote.") from exc
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
@@ -198,7 +200,7 @@ def _member(blocks: ustar.GzipBlocks, header: ustar.Header, dest: Path, names: _
 def extract_archive(archive: Path, dest: Path) -> str:
     """Extract `archive` into the empty folder `dest`; return a one-line summary.
 
-    Raises Failed when the archive holds something unsafe or outside the dialect `bundle archive`
+    Raises Failed when the archive holds something unsafe or outside the dialect `job archive`
     writes (a finding, exit 1), and InputError when it cannot be read as gzip at all or is
     truncated or corrupt (exit 2)."""
     names = _Names()
@@ -227,7 +229,7 @@ def extract_archive(archive: Path, dest: Path) -> str:
         except ustar.Unreadable as exc:
             raise InputError(f"{archive}: {exc}") from None
         except OSError as exc:
-            raise InputError(f"{archive} cannot be read ({limits.describe(exc)}); fetch the "
+            raise InputError(f"{archive} cannot be read ({describe(exc)}); fetch the "
                              "archive again.") from exc
         except MemoryError as exc:
             raise InputError(f"{archive} does not fit in memory while extracting; pass the "

@@ -4,8 +4,9 @@ trajectory step by step, and an independent re-fit by another method."""
 from __future__ import annotations
 
 from bundle import layout
-from verify import limits, numerics, refit
+from verify import numerics, refit
 from verify.context import METRIC_TOL, REFIT_REL_TOL, Context
+from verify.protocol_checks import bounded_dimensions
 from verify.result import Failed
 
 
@@ -52,7 +53,7 @@ def record(ctx: Context) -> str:
 def trajectory(ctx: Context) -> str:
     """The trajectory is a valid bisection of the NLL gradient, every step recomputed."""
     fit = ctx.doc(layout.PROTOCOL_JSON)["fit"]
-    dims = limits.bounded_dimensions(ctx.doc(layout.PROTOCOL_JSON))
+    dims = bounded_dimensions(ctx.doc(layout.PROTOCOL_JSON))
     steps = ctx.doc(layout.TRAJECTORY_JSON)["steps"]
     if len(steps) > dims.steps:
         raise Failed(f"trajectory.json holds {len(steps):,} steps, the protocol allows "

@@ -1,6 +1,9 @@
 """metrics.json's `warnings` and `truncation`, derived again from the logits, temperature.json and
 the predictions' token counts (the rule of FORMAT.md "metrics.json", written here on its own)."""
 
+# Whether a warning is called for is decided here again from the checked logits and records, an
+# independent re-derivation of job/plausibility.py; only the wording is shared (bundle/wording.py).
+
 from __future__ import annotations
 
 from typing import Any
@@ -8,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from bundle import layout
+from bundle.wording import at_bound_warning, below_chance_warning
 from verify import numerics, perclass
 from verify.context import POOL_NAMES, Context
 from verify.result import Failed
@@ -24,11 +28,10 @@ def expected_warnings(accuracy: float, k: int, temperature: dict[str, Any]) -> l
     out = []
     chance = 1.0 / k
     if accuracy < chance:
-        out.append(f"accuracy {accuracy:.1%} is below chance ({chance:.1%}): the label map is probably wrong")
+        out.append(below_chance_warning(accuracy, chance))
     if temperature["boundary"]:
-        out.append(f"T = {temperature['temperature']:g} sits at the bound {temperature['boundary_side']} of the "
-                   f"fit interval [{temperature['t_min']:g}, {temperature['t_max']:g}]: no temperature inside "
-                   "it fits, which usually means a wrong label map or a broken model")
+        out.append(at_bound_warning(temperature["temperature"], temperature["boundary_side"],
+                                    temperature["t_min"], temperature["t_max"]))
     return out
 
 

@@ -11,10 +11,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bundle import layout
-from verify import compat, limits, numerics
+from bundle import layout, limits
+from verify import compat, numerics
 from verify.context import METRIC_TOL, POOL_NAMES, Context
 from verify.parsed import PoolData
+from verify.protocol_checks import bounded_dimensions
 from verify.result import Failed
 
 
@@ -217,7 +218,7 @@ def columns(ctx: Context, pool: str) -> str:
     if path not in tree.files:
         raise Failed(f"{path} is missing.")
     protocol = ctx.doc(layout.PROTOCOL_JSON)
-    dims = limits.bounded_dimensions(protocol)
+    dims = bounded_dimensions(protocol)
     k = len(protocol["resources"]["dataset"]["labels"])
     ctx.tables[pool] = read_pool(pool, tree.files[path], k, dims.pool_sizes.get(pool, dims.rows),
                                  full_counts_required=compat.bundle_format(ctx) >= 2)

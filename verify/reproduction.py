@@ -22,10 +22,11 @@ from bundle.canonical import loads_strict
 from bundle.dsse import Envelope
 from bundle.errors import CanonicalJSONError
 from bundle.keys import fingerprint
+from bundle.userfile import read_user_file
 from bundle.views.arithmetic import arithmetic_words, short_number
-from verify import compat, limits, numerics, schemacheck, signature
+from verify import compat, numerics, schemacheck, signature
 from verify.context import METRIC_TOL, Attestation, Context
-from verify.result import EXIT_OK, EXIT_UNTRUSTED, Failed, Missing
+from verify.result import EXIT_OK, EXIT_UNTRUSTED, Failed, InputError, Missing
 
 MAX_ATTESTATION_BYTES: Final = 1024 * 1024
 """An attestation is a few kB (a sampled one lists its rows); anything far larger is refused unread."""
@@ -34,7 +35,7 @@ MAX_ATTESTATION_BYTES: Final = 1024 * 1024
 def load_attestation(path: str) -> Attestation:
     """The bytes of an attestation file given on the command line; InputError when unusable."""
     # A FIFO or a device (/dev/zero) is refused, never waited on or read without end.
-    data = limits.read_small_file(path, "the reproduction attestation", MAX_ATTESTATION_BYTES)
+    data = read_user_file(path, "reproduction attestation", MAX_ATTESTATION_BYTES, InputError)
     return Attestation(path, data)
 
 

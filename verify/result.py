@@ -64,8 +64,9 @@ class DigestMismatch(Failed):
         super().__init__(message, path=path, algorithm=algorithm, expected=expected, found=found)
 
 
-class SchemaViolation(Failed):
-    """A JSON document breaks the verifier's schema at `pointer` (RFC 6901) for `reason`."""
+class SchemaCheckFailed(Failed):
+    """A check failed because a JSON document breaks the verifier's schema at `pointer` (RFC 6901) for
+    `reason` (the writer's refusal of a document it is about to write is bundle.errors.SchemaViolation)."""
 
     def __init__(self, message: str, /, *, file: str, pointer: str, reason: str) -> None:
         super().__init__(message, file=file, pointer=pointer, reason=reason)

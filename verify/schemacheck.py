@@ -17,7 +17,7 @@ from bundle.errors import CanonicalJSONError
 from bundle.schemas import SCHEMA_DIR
 from verify import bag, fastarrays
 from verify.context import Context
-from verify.result import Failed, SchemaViolation
+from verify.result import Failed, SchemaCheckFailed
 
 
 @functools.cache
@@ -76,7 +76,7 @@ def validate(doc: Any, name: str, source: str) -> None:
                               for p in error.absolute_path)
         pointer = "".join("/" + str(p).replace("~", "~0").replace("/", "~1")
                           for p in error.absolute_path)
-        raise SchemaViolation(f"{source} does not follow the verifier's schema {schema_id(name)} "
+        raise SchemaCheckFailed(f"{source} does not follow the verifier's schema {schema_id(name)} "
                               f"at {where}: {error.message[:300]}.", file=source, pointer=pointer,
                               reason=error.message[:300])
 

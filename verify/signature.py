@@ -18,7 +18,8 @@ from bundle.canonical import loads_strict
 from bundle.dsse import Envelope
 from bundle.errors import CanonicalJSONError, EnvelopeError
 from bundle.keys import fingerprint
-from verify import bag, limits, schemacheck
+from bundle.userfile import read_user_file
+from verify import bag, schemacheck
 from verify.context import Context
 from verify.result import (
     DigestMismatch,
@@ -50,7 +51,7 @@ MAX_TRUSTED_KEY_BYTES: Final = 64 * 1024
 def load_trusted_key(path: str) -> Ed25519PublicKey:
     """The user's trust anchor, an Ed25519 public key PEM file; InputError when unusable."""
     # Read like any file named on the command line: a FIFO or a device is refused, never waited on.
-    data = limits.read_small_file(path, "the trusted key", MAX_TRUSTED_KEY_BYTES)
+    data = read_user_file(path, "trusted key", MAX_TRUSTED_KEY_BYTES, InputError)
     if b"PRIVATE KEY-----" in data:
         raise InputError(f"the trusted key {path} holds a private key; pass the signer's public "
                          "key PEM and keep the private key secret.")

@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from bundle import layout
-from verify import limits, numerics, refit
+from verify import numerics, refit
 from verify.context import Context
 from verify.numerics import F64, I64
+from verify.protocol_checks import bounded_dimensions
 from verify.result import Failed
 
 TOL = 1e-9
@@ -84,7 +85,7 @@ def wanted(ctx: Context) -> bool:
 
 def refits(ctx: Context) -> str:
     """Each nested subset re-fitted, NLLs recomputed, sizes and skipped sizes per protocol."""
-    limits.bounded_dimensions(ctx.doc(layout.PROTOCOL_JSON))  # at most MAX_STABILITY_SIZES re-fits
+    bounded_dimensions(ctx.doc(layout.PROTOCOL_JSON))  # at most MAX_STABILITY_SIZES re-fits
     return check(ctx.doc(layout.STABILITY_JSON), ctx.doc(layout.PROTOCOL_JSON),
                  (ctx.table("calibration").z, ctx.table("calibration").y),
                  (ctx.table("audit").z, ctx.table("audit").y), ctx.study_inputs(),

@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from bundle import layout
-from verify import limits
+from bundle import layout, limits
 from verify.result import Failed, InputError
 
 MAX_FILE_BYTES: Final = limits.MAX_FILE_BYTES

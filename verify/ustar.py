@@ -1,6 +1,6 @@
-"""A strict reader of the one tar dialect `bundle archive` writes, and nothing else.
+"""A strict reader of the one tar dialect `job archive` writes, and nothing else.
 
-`bundle archive` writes a single gzip member holding POSIX ustar headers (magic "ustar\\0",
+`job archive` writes a single gzip member holding POSIX ustar headers (magic "ustar\\0",
 version "00") for regular files (type '0') and folders (type '5', name ending in one '/'), mode
 0644 or 0755, uid and gid 0, empty owner names, no link name, octal numbers, then two zero
 blocks and zero padding. This module reads exactly that subset, block by block, and refuses
@@ -40,11 +40,11 @@ _KINDS: Final = {
 
 FOREIGN: Final = ("; an archive from another tool must be extracted with tar and the folder "
                   "verified instead")
-"""Appended to every refusal of a header `bundle archive` would never write."""
+"""Appended to every refusal of a header `job archive` would never write."""
 
 
 class Refused(ValueError):
-    """The archive is not in the dialect `bundle archive` writes; the message is one sentence."""
+    """The archive is not in the dialect `job archive` writes; the message is one sentence."""
 
 
 class Unreadable(ValueError):

@@ -30,7 +30,8 @@ from bundle.canonical import dumps, loads_strict
 from bundle.dsse import Envelope
 from bundle.errors import CanonicalJSONError, EnvelopeError
 from bundle.keys import fingerprint
-from verify import limits, schemacheck
+from bundle.userfile import read_user_file
+from verify import schemacheck
 from verify.context import Attestation
 from verify.result import EXIT_OK, Check, Failed, InputError
 
@@ -125,10 +126,10 @@ def now_utc() -> str:
 def load_attesting_key(path: str) -> Ed25519PrivateKey:
     """The attesting party's Ed25519 private key (PKCS#8 PEM, encrypted with the passphrase in
     CALIBRATION_KEY_PASSPHRASE when it is); InputError, one sentence, otherwise."""
-    data = limits.read_small_file(path, "the attesting key", 64 * 1024)
+    data = read_user_file(path, "attesting key", 64 * 1024, InputError)
     if data.count(b"-----BEGIN ") != 1:
         raise InputError(f"the attesting key {path} must hold exactly one PEM block; pass the Ed25519 "
-                         "private key PEM (python -m bundle keygen writes one).")
+                         "private key PEM (python -m job keygen writes one).")
     secret = os.environ.get(PASSPHRASE_ENV)
     try:
         key = serialization.load_pem_private_key(data, secret.encode() if secret else None)
@@ -140,7 +141,7 @@ def load_attesting_key(path: str) -> Ed25519PrivateKey:
                          f"passphrase is wrong); pass the Ed25519 private key PEM.") from exc
     if not isinstance(key, Ed25519PrivateKey):
         raise InputError(f"the attesting key {path} is not an Ed25519 key; sign with an Ed25519 key "
-                         "(python -m bundle keygen --out DIR).")
+                         "(python -m job keygen --out DIR).")
     return key
 
 

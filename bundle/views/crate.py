@@ -204,7 +204,7 @@ class Described(NamedTuple):
 
 
 class FileFacts(Protocol):
-    """A payload file's size and sha256: a Described, or a bundle.ledger.Written."""
+    """A payload file's size and sha256: a Described, or a job.publishing.ledger.Written."""
 
     @property
     def size(self) -> int: ...
@@ -239,7 +239,7 @@ def crate_document(payload: Mapping[str, FileFacts], *, protocol: Mapping[str, A
     """The crate of a payload.
 
     payload: name inside data/ -> size and sha256 of every payload file (Described.of(bytes), or
-    the bundle.ledger.Written of the file as written; the crate itself, if present, and
+    the job.publishing.ledger.Written of the file as written; the crate itself, if present, and
     environment.json are left out of the description); protocol, resources, environment: the
     parsed protocol.json, resources.json and environment.json; date_published: YYYY-MM-DD, the
     Bagging-Date; publication: the signed predicate's shape (`license` URL, `publisher` and

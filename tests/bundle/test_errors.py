@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from bundle.attestation import write_attestation
 from bundle.canonical import MAX_JSON_DEPTH, dumps, loads_strict, require_canonical
 from bundle.errors import BundleError, CanonicalJSONError, KeyFileError, OutputExistsError, SchemaViolation
-from bundle.keys import generate, load_private_key
 from bundle.schemas import validate
-from bundle.walk import walk_regular
+from job.publishing.attestation import write_attestation
+from job.publishing.signing_keys import generate, load_private_key
+from job.publishing.walk import walk_regular
 from tests.factory import REPO
 
 PROTOCOL = json.loads((REPO / "provenance.json").read_text())

@@ -24,7 +24,7 @@ from bundle.schemas import (
     schema_sha256,
     validate,
 )
-from bundle.statement import build_statement, schemas_map
+from job.publishing.statement import build_statement, schemas_map
 from tests.payload import predicate_from_payload
 from tests.synthetic import REPO, write_payload
 
@@ -63,7 +63,7 @@ def _predicate(tmp: Path) -> dict[str, Any]:
 
 def _reproduction() -> dict[str, Any]:
     """A sampled reproduction statement, through the attestation writer's own checks."""
-    from bundle.attestation import build_reproduction_statement
+    from job.publishing.attestation import build_reproduction_statement
 
     predicate = {
         "verdict": "reproduced", "mode": "sample", "protocol_sha256": HEX,
@@ -84,7 +84,7 @@ def _reproduction() -> dict[str, Any]:
 
 def _sweep_examples() -> dict[str, Any]:
     """A sweep file, and a plan and an index predicate through the writer's own checks."""
-    from bundle.sweep import index_statement, plan_statement
+    from job.publishing.sweep_statements import index_statement, plan_statement
 
     pins = {"repo_id": "r", "revision": "v", "files": [{"path": "model.safetensors", "sha256": HEX}]}
     plan = plan_statement("tiny", HEX, [{"name": "a", "protocol_sha256": HEX, "resources": {
@@ -289,8 +289,8 @@ def _bundle_documents(bundle: Path, lock: Path, out: Path) -> dict[str, Path]:
     docs["predicate"] = out / "predicate.json"
     docs["predicate"].write_text(json.dumps(statement["predicate"]))
     docs["resource-lock"] = lock
-    from bundle.keys import generate
     from job.cli import main
+    from job.publishing.signing_keys import generate
 
     generate(out / "reproducer")
     attestation = out / "reproduction.intoto.json"

@@ -46,9 +46,3 @@ def test_refuses_what_is_not_a_small_regular_file(target: str, words: str, tmp_p
     assert words in message and "\n" not in message and message.endswith(".")
     assert isinstance(info.value, BundleError)
 
-
-def test_the_job_reads_no_protocol_the_verifier_would_refuse() -> None:
-    from bundle.userfile import PROTOCOL_BYTES
-    from verify.limits import MAX_PROTOCOL_BYTES
-
-    assert PROTOCOL_BYTES == MAX_PROTOCOL_BYTES

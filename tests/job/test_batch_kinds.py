@@ -26,12 +26,12 @@ from numpy.typing import NDArray
 
 from bundle import layout
 from bundle.canonical import dumps
-from bundle.keys import generate, load_private_key
 from bundle.views.arithmetic import group_words
 from job.arithmetic import arithmetic_record
 from job.batch_kinds import Side, groups, kind_of
 from job.logit_compare import RowComparison
 from job.predictions import PoolOutput
+from job.publishing.signing_keys import generate, load_private_key
 from tests.job.test_reproduce_levels import _run_edited, line, predicate, reproduce, resigned, verify
 from tests.verify.tamper import reseal
 

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from bundle.canonical import dumps
+from bundle.wording import interval_verdict
 from job.bootstrap import (
     bootstrap_indices,
     indices_sha256,
     offset_counts,
     paired_bootstrap,
-    verdict,
 )
 from job.metrics import compute_metrics
 from job.protocol import load_protocol
@@ -94,10 +94,10 @@ def test_same_seed_same_result_and_beta_one_gives_zero():
 
 
 def test_verdict_rule():
-    assert verdict(-0.3, -0.1) == "decrease"
-    assert verdict(0.1, 0.3) == "increase"
-    assert verdict(-0.1, 0.1) == "no claim"
-    assert verdict(-0.1, 0.0) == "no claim" and verdict(0.0, 0.1) == "no claim"
+    assert interval_verdict(-0.3, -0.1) == "decrease"
+    assert interval_verdict(0.1, 0.3) == "increase"
+    assert interval_verdict(-0.1, 0.1) == "no claim"
+    assert interval_verdict(-0.1, 0.0) == "no claim" and interval_verdict(0.0, 0.1) == "no claim"
 
 
 def test_record_from_the_payload_files(tiny_data: Path, tmp_path: Path):
@@ -119,4 +119,4 @@ def test_record_from_the_payload_files(tiny_data: Path, tmp_path: Path):
     for m, d in rec["differences"].items():
         assert d["point"] == pytest.approx(metrics["calibrated"][m] - metrics["raw"][m], abs=1e-12)
         assert d["lower"] <= d["upper"]
-        assert d["verdict"] == verdict(d["lower"], d["upper"])
+        assert d["verdict"] == interval_verdict(d["lower"], d["upper"])

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from verify.records import check_forward_choice
 from verify.result import Failed
+from verify.run_settings import check_forward_choice
 from verify.schemacheck import validate
 
 

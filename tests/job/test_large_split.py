@@ -131,8 +131,9 @@ def test_the_verifier_rebuilds_the_matrix_in_blocks(monkeypatch):
 def test_the_verifier_bounds_the_draws_by_time_and_accepts_a_large_split():
     import json
 
+    from bundle.errors import ProtocolOutOfBounds
+    from bundle.limits import dimensions
     from tests.factory import REPO
-    from verify.limits import ProtocolOutOfBounds, dimensions
 
     doc = json.loads((REPO / "provenance.json").read_text())
     doc["resources"]["dataset"]["rows"] = 50_000

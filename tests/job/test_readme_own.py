@@ -33,9 +33,6 @@ def _entry(module: str) -> Callable[[list[str]], int]:
     if module == "job":
         from job.cli import main as job_main
         return job_main
-    if module == "bundle":
-        from bundle.__main__ import main as bundle_main
-        return bundle_main
     from verify.__main__ import main as verify_main
     return verify_main
 

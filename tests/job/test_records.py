@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bundle import layout
-from bundle.bag import payload_files
+from job.publishing.seal import payload_files
 
 
 def test_execute_reads_no_payload_file_back_and_its_ledger_is_the_files(

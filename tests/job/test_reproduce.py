@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bundle.attestation import attestation_bytes
 from bundle.dsse import Envelope
-from bundle.keys import generate, load_private_key
 from job.cli import main as job_main
 from job.logit_compare import compare_rows, ulps_apart
 from job.predictions import PoolOutput
+from job.publishing.attestation import attestation_bytes
+from job.publishing.signing_keys import generate, load_private_key
 from job.spot_sample import draw_batches, draw_rows
 from tests.factory import edited_json
 from verify.__main__ import main as verify_main
@@ -126,7 +126,7 @@ def test_a_genuine_bundle_reproduces_in_full_and_the_verifier_counts_it(
 def test_a_sampled_reproduction_of_the_archive_runs_only_the_batches_holding_its_rows(
         tiny_bundle: Path, tiny_world: tuple[Path, Path], reproducer: Path, signing_key_dir: Path,
         full: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from bundle.archive import archive
+    from job.publishing.archive import archive
 
     tar = archive(tiny_bundle, tmp_path / "bundle.tar.gz")
     before = hashlib.sha256(tar.read_bytes()).hexdigest()

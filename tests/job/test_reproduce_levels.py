@@ -10,7 +10,7 @@
 - the verifier tells a broken signature from an untrusted key, checks the reproducer it names,
   shows a self-reproduction as not independent, passes `equivalent` unless
   --require-bit-identical, and still reads attestations written before the graded verdict;
-- `bundle cosign` refuses a bundle that does not verify."""
+- `job cosign` refuses a bundle that does not verify."""
 
 from __future__ import annotations
 
@@ -27,14 +27,15 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from bundle.attestation import attestation_bytes
 from bundle.dsse import Envelope
-from bundle.keys import fingerprint, generate, load_private_key
+from bundle.keys import fingerprint
 from bundle.views.arithmetic import short_number
 from job.batch_kinds import kind_of
 from job.cli import main as job_main
 from job.logit_compare import grade
 from job.predictions import PoolOutput
+from job.publishing.attestation import attestation_bytes
+from job.publishing.signing_keys import generate, load_private_key
 from job.spot_sample import draw_batches
 from tests.factory import REPO, make_world
 from verify.__main__ import main as verify_main
@@ -366,7 +367,7 @@ def test_grade_names_the_level() -> None:
 
 def test_cosign_refuses_a_bundle_that_does_not_verify(tiny_bundle: Path, reproducer: Path, tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    from bundle.__main__ import main as bundle_main
+    from job.cli import main as job_main
 
     bag = tmp_path / "bag"
     shutil.copytree(tiny_bundle, bag)
@@ -375,7 +376,7 @@ def test_cosign_refuses_a_bundle_that_does_not_verify(tiny_bundle: Path, reprodu
     report.write_text(report.read_text().replace("Audit", "Approved audit", 1))
     before = (bag / "provenance.intoto.json").read_bytes()
     capsys.readouterr()
-    assert bundle_main(["cosign", str(bag), "--signing-key", str(reproducer / "signing-key.pem")]) == 2
+    assert job_main(["cosign", str(bag), "--signing-key", str(reproducer / "signing-key.pem")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "does not verify" in err and "nothing was co-signed" in err
     assert (bag / "provenance.intoto.json").read_bytes() == before
@@ -384,9 +385,9 @@ def test_cosign_refuses_a_bundle_that_does_not_verify(tiny_bundle: Path, reprodu
     shutil.copytree(tiny_bundle, intact)
     sealed_by = ["--signing-key", str(reproducer / "signing-key.pem")]
     not_the_signer = ["--trusted-key", str(reproducer / "signing-key.pub.pem")]
-    assert bundle_main(["cosign", str(intact), *sealed_by, *not_the_signer]) == 2
+    assert job_main(["cosign", str(intact), *sealed_by, *not_the_signer]) == 2
     assert "signature.signer-trusted" in capsys.readouterr().err
-    assert bundle_main(["cosign", str(intact), *sealed_by]) == 0  # intact under the key it carries
+    assert job_main(["cosign", str(intact), *sealed_by]) == 0  # intact under the key it carries
 
 
 def test_a_reproduction_by_a_co_signer_is_not_independent(
@@ -395,7 +396,7 @@ def test_a_reproduction_by_a_co_signer_is_not_independent(
     """A key that co-signed the bundle already vouched for it: its reproduction is a self-reproduction."""
     import shutil
 
-    from bundle.cosign import cosign
+    from job.publishing.cosign import cosign
 
     bag = tmp_path / "bag"
     shutil.copytree(tiny_bundle, bag)

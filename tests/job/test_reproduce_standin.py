@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from bundle.dsse import Envelope
-from bundle.keys import generate
 from job.cli import main as job_main
 from job.predictions import PoolOutput
+from job.publishing.signing_keys import generate
 from tests.factory import REPO, SHARED_FIXTURES
 from verify.__main__ import main as verify_main
 

@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from bundle.dsse import Envelope
-from bundle.keys import generate
 from job.cli import main as job_main
 from job.dataset import DatasetSpec, load_rows
+from job.publishing.signing_keys import generate
 from tests.anymodel import make_any_world
 from verify.__main__ import main as verify_main
 

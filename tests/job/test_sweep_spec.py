@@ -12,8 +12,8 @@ import pytest
 
 from bundle import layout
 from bundle.canonical import dumps
-from bundle.keys import generate, load_private_key
 from job.errors import JobError
+from job.publishing.signing_keys import generate, load_private_key
 from job.sweep_dir import open_sweep_dir
 from job.sweep_spec import load_sweep
 from tests.sweeps import write_sweep
@@ -98,7 +98,7 @@ def test_a_rerun_recognises_its_plan_and_refuses_another_sweep(tiny_world: tuple
 def test_each_reproduced_member_says_its_level() -> None:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from bundle.sweep import signed_record
+    from job.publishing.sweep_statements import signed_record
     from job.sweep_reproduce import ReproduceOutcome, member_verdict
 
     key = Ed25519PrivateKey.generate()

@@ -14,8 +14,8 @@ from job.cli import main
 from job.errors import JobError
 from job.runtime import ThreadChoice, cpu_quota, physical_cores
 from tests.factory import REPO, edited_json
-from verify.records import check_threads
 from verify.result import Failed
+from verify.run_settings import check_threads
 
 
 def test_the_default_is_the_physical_cores_within_the_quota_and_the_protocols_bound() -> None:

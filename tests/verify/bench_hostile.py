@@ -23,7 +23,8 @@ sys.path.insert(0, str(ROOT))
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from bundle.keys import load_private_key, public_key_pem
+from bundle.keys import public_key_pem
+from job.publishing.signing_keys import load_private_key
 from tests.synthetic import make_bundle
 from tests.verify.tamper import HOSTILE, Keys, copy_bag
 

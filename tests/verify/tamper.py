@@ -18,10 +18,10 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle import layout
-from bundle.bag import file_digests, format_bag_info, format_manifest
 from bundle.canonical import dumps, loads_strict
 from bundle.dsse import Envelope
 from bundle.keys import fingerprint, public_key_pem
+from job.publishing.seal import file_digests, format_bag_info, format_manifest
 from tests.synthetic import make_bundle, sha256
 from tests.verify.tarcraft import ATTACKS
 
@@ -179,7 +179,7 @@ def base(request: pytest.FixtureRequest, verify_keys: Keys) -> tuple[Path, Keys]
     """(read-only bag, keys whose .real signed it)."""
     if request.param == "synthetic":
         return request.getfixturevalue("synthetic_bag"), verify_keys
-    from bundle.keys import load_private_key
+    from job.publishing.signing_keys import load_private_key
 
     bag = request.getfixturevalue("tiny_bundle")
     key_dir = request.getfixturevalue("signing_key_dir")
@@ -192,7 +192,7 @@ def _archive(bag: Path, out: Path, extra: Callable[[Any], None] | None = None) -
     """`bag` as a .tar.gz; `extra(tar)` may add members after the bag's."""
     import tarfile
 
-    def normalise(info: tarfile.TarInfo) -> tarfile.TarInfo:  # what `bundle archive` writes
+    def normalise(info: tarfile.TarInfo) -> tarfile.TarInfo:  # what `job archive` writes
         info.mode = 0o755 if info.isdir() else 0o644
         info.uid = info.gid = 0
         info.uname = info.gname = ""
@@ -373,9 +373,9 @@ def hostile_audit_digest_renamed(bag: Path, keys: Keys, scale: float) -> Path:
 
 
 def _archive_attack(name: str) -> Callable[[Path, Keys, float], Path]:
-    """The named attack of tests/verify/tarcraft.py on the bag's genuine `bundle archive`."""
+    """The named attack of tests/verify/tarcraft.py on the bag's genuine `job archive`."""
     def build(bag: Path, keys: Keys, scale: float) -> Path:
-        from bundle.archive import archive
+        from job.publishing.archive import archive
 
         genuine = archive(bag, bag.parent / f"{bag.name}.tar.gz")
         out = ATTACKS[name](genuine, bag.parent / f"{name}.tar.gz", scale)

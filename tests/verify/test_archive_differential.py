@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from bundle.archive import archive
 from job.errors import JobError
+from job.publishing.archive import archive
 from job.verified_bundle import load_verified
 from tests.verify.tamper import Keys, copy_bag, synthetic_bag, verify_keys  # noqa: F401
 from tests.verify.tarcraft import ATTACKS, BLOCK, end_blocks, header, member, pax_record
@@ -222,7 +222,7 @@ _KINDS = [b"0"] * 6 + [b"5"] * 4 + [b"1", b"2", b"3", b"6", b"x", b"g", b"L", b"
 
 
 def _one_member(rng: random.Random) -> bytes:
-    if rng.random() < 0.7:  # a member `bundle archive` could have written
+    if rng.random() < 0.7:  # a member `job archive` could have written
         folder = rng.random() < 0.3
         name = f"run/{rng.choice(['data/', 'd1/', ''])}{rng.choice('abcXYZ')}{rng.randrange(50)}"
         data = b"" if folder else rng.randbytes(rng.choice([0, 5, 512, 1500]))

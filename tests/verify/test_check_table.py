@@ -143,7 +143,7 @@ def test_reading_is_reported_by_rows_of_the_table(tmp_path: Path) -> None:
 
 def _unreadable_folder(tmp_path: Path) -> Path:
     """A folder that cannot be read as a bag: it holds a path longer than any bag may."""
-    from verify import limits
+    from bundle import limits
 
     deep = root = tmp_path / "deep"
     for _ in range(limits.MAX_PATH_BYTES // 250 + 1):

@@ -14,8 +14,8 @@ import jsonschema
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from bundle.archive import archive
 from bundle.keys import fingerprint
+from job.publishing.archive import archive
 from tests.synthetic import REPO
 from tests.verify.tamper import Keys, base, copy_bag, synthetic_bag, verify_keys  # noqa: F401
 from verify import extract
@@ -99,7 +99,7 @@ def test_protocol_option(synthetic_bag: Path, tmp_path: Path,  # noqa: F811
 @pytest.mark.parametrize("args,words", [
     (["/nonexistent/bundle"], "does not exist"),
     (["BAG", "--trusted-fingerprint", "xyz"], "64 hex digits"),
-    (["BAG", "--trusted-key", "/nonexistent.pem"], "cannot be read"),
+    (["BAG", "--trusted-key", "/nonexistent.pem"], "does not exist"),
     (["BAG", "--trusted-key", "BAG/data/pools.json"], "PEM"),
     (["BAG", "--trusted-key", "K", "--trusted-fingerprint", "00"], "not allowed with"),
     ([], "required"),

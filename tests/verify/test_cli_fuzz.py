@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives import serialization
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bundle.archive import archive
+from job.publishing.archive import archive
 from tests.cli import run_verify
 from tests.synthetic import REPO
 from tests.verify.tamper import Keys, copy_bag, synthetic_bag, verify_keys  # noqa: F401

@@ -20,9 +20,9 @@ import pytest
 from markdown_it.token import Token
 
 from bundle import layout
-from bundle.bag import bagging_date
 from bundle.canonical import loads_strict
 from bundle.keys import fingerprint
+from job.publishing.dates import bagging_date
 from tests.bundle.test_markdown import MD, gfm_autolinks
 from tests.payload import described_files, figures_of, seal_payload
 from tests.synthetic import REPO, write_payload

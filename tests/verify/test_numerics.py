@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bundle.wording import interval_verdict
 from tests.synthetic import bisect
 from verify import bootstrap, numerics, refit
 
@@ -226,6 +227,6 @@ def test_bootstrap_indices_follow_the_protocol_rng() -> None:
     assert idx.dtype == np.int64 and (idx == again).all()
     assert bootstrap.indices_sha256(idx) == __import__("hashlib").sha256(
         again.astype("<i8").tobytes()).hexdigest()
-    assert bootstrap.verdict(-0.2, -0.1) == "decrease"
-    assert bootstrap.verdict(0.1, 0.2) == "increase"
-    assert bootstrap.verdict(-0.1, 0.0) == "no claim"
+    assert interval_verdict(-0.2, -0.1) == "decrease"
+    assert interval_verdict(0.1, 0.2) == "increase"
+    assert interval_verdict(-0.1, 0.0) == "no claim"

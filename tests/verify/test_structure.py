@@ -14,6 +14,17 @@ REPO = Path(__file__).resolve().parents[2]
 ALLOWED_FROM_BUNDLE = {
     ("bundle", "layout"),
     ("bundle", "crate_terms"),
+    ("bundle", "limits"),
+    ("bundle.errors", "ProtocolOutOfBounds"),
+    ("bundle.predicate", "restated_claims"),
+    ("bundle.terminal", "nonempty_path"),
+    ("bundle.terminal", "tolerant_stdout"),
+    ("bundle.userfile", "describe"),
+    ("bundle.userfile", "read_user_file"),
+    ("bundle.wording", "NO_CLAIM"),
+    ("bundle.wording", "at_bound_warning"),
+    ("bundle.wording", "below_chance_warning"),
+    ("bundle.wording", "interval_verdict"),
     ("bundle.canonical", "dumps"),
     ("bundle.canonical", "loads_strict"),
     ("bundle.errors", "CanonicalJSONError"),
@@ -40,11 +51,14 @@ ALLOWED_FROM_BUNDLE = {
     ("bundle.views.figures", "render_figures"),
     ("bundle.views.crate", "crate_bytes"),
     ("bundle.views.crate", "Described"),
-    ("bundle.views.sweep", "render_sweep_views"),
-    ("bundle.views.sweep", "sweep_markdown_v1"),
+    ("bundle.views.sweep_comparison", "render_sweep_views"),
+    ("bundle.views.sweep_comparison", "sweep_markdown_v1"),
 }
-"""The definitions verify/ shares with the writer: layout names, canonical JSON, the DSSE
-`Envelope` type (its decoding, PAE and signature check, and its errors), the reading of a
+"""The definitions verify/ shares with the writer: layout names, the format's limits and caps
+(bundle.limits) and the one bounded reader of a file a user names, canonical JSON, the DSSE
+`Envelope` type (its decoding, PAE and signature check, and its errors), the predicate's shape
+(bundle.predicate), the wording of warnings and interval verdicts (bundle.wording), the command
+line's stdout handling (bundle.terminal), the reading of a
 crate's graph (an entity's types, its references, the publication the root states), the key fingerprint,
 where the schemas live; and the renderers of the views (bundle.views), which lay
 out records the verifier has checked with its own code, so that it can require the bundle's
@@ -53,7 +67,7 @@ format"), and the rule that makes record text inert in Markdown (bundle/FORMAT.m
 records"), which the checked tables' string cells follow. Everything else verify/ re-derives. The name modules
 (`bundle.layout`, `bundle.crate_terms`) are definitions through and through: any name of theirs
 may be imported."""
-NAME_MODULES = {"bundle.layout", "bundle.crate_terms"}
+NAME_MODULES = {"bundle.layout", "bundle.crate_terms", "bundle.limits"}
 
 
 def _imports(path: Path) -> list[tuple[str, str]]:
@@ -68,7 +82,11 @@ def _imports(path: Path) -> list[tuple[str, str]]:
 
 
 def _verify_modules() -> dict[str, Path]:
-    return {f"verify.{p.stem}": p for p in sorted((REPO / "verify").glob("*.py"))}
+    found = {}
+    for path in sorted((REPO / "verify").rglob("*.py")):
+        parts = path.relative_to(REPO).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
 
 
 def test_verify_imports_only_shared_definitions_from_bundle() -> None:
@@ -82,7 +100,7 @@ def test_every_public_bundle_function_is_used_by_production_code() -> None:
     sources = {p: p.read_text(encoding="utf-8")
                for d in ("job", "bundle", "verify") for p in sorted((REPO / d).rglob("*.py"))}
     unused = []
-    for path in sorted((REPO / "bundle").glob("*.py")):
+    for path in sorted((REPO / "bundle").rglob("*.py")):
         for node in ast.parse(sources[path]).body:
             if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
                 continue
@@ -140,19 +158,19 @@ def test_every_check_is_a_named_function_with_a_one_line_docstring() -> None:
         assert entry.fn.__module__ != "verify.checks", f"{entry.id} belongs in its domain module"
 
 
-def test_the_verifier_distribution_ships_every_bundle_module_the_verifier_imports() -> None:
-    """`pip install ./verify` packs bundle/'s modules by name (verify/_wheel_backend.py); a module the
-    verifier comes to import, directly or through another, must be in that list, or the installed
-    verifier fails at import (the fresh-venv test shows it, slowly; this shows it at once)."""
+def test_the_verifier_distribution_ships_every_module_the_verifier_imports() -> None:
+    """`pip install ./verify` packs the packages verify and bundle whole (verify/_wheel_backend.py);
+    every module the verifier comes to import, directly or through another, is among them, or the
+    installed verifier fails at import (the fresh-venv test shows it, slowly; this shows it at once)."""
     import subprocess
     import sys
 
-    from verify._wheel_backend import BUNDLE_MODULES
+    from verify._wheel_backend import files
 
-    code = ("import sys, verify.__main__, verify.api, verify.checks, verify.sweep, verify.reproduction; "
-            "print('\\n'.join(sorted(m for m in sys.modules if m == 'bundle' or m.startswith('bundle.'))))")
+    code = ("import sys, verify.__main__, verify.api, verify.checks, verify.sweep_verification, verify.reproduction; "
+            "print('\\n'.join(sorted(m for m in sys.modules if m.split('.')[0] in ('bundle', 'verify', 'job'))))")
     imported = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                               check=True).stdout.split()
-    shipped = {"bundle" if m == "__init__" else "bundle." + m.removesuffix("/__init__").replace("/", ".")
-               for m in BUNDLE_MODULES}
+    shipped = {path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+               for path in files() if path.endswith(".py")}
     assert imported and set(imported) <= shipped, sorted(set(imported) - shipped)

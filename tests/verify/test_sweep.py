@@ -16,11 +16,11 @@ import pytest
 
 from bundle import layout
 from bundle.dsse import Envelope
-from bundle.keys import generate, load_private_key
-from bundle.sweep import signed_record
+from job.publishing.signing_keys import generate, load_private_key
+from job.publishing.sweep_statements import signed_record
 from tests.sweeps import build_sweep_dir, write_bad_lock, write_sweep
 from verify.__main__ import main as verify_main
-from verify.sweep import SWEEP_CHECKS
+from verify.sweep_verification import SWEEP_CHECKS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -175,7 +175,7 @@ def test_reproductions_are_checked_with_the_member_they_name(
         capsys: pytest.CaptureFixture[str]) -> None:
     from cryptography.hazmat.primitives import serialization
 
-    from bundle.archive import archive
+    from job.publishing.archive import archive
     from job.sweep_reproduce import ReproduceTask, reproduce_member
     from job.sweep_spec import absolute_lock
 
@@ -214,7 +214,7 @@ def test_a_sweep_needs_a_trusted_key(sweep_dir: Path, capsys: pytest.CaptureFixt
 
 
 def test_the_sweep_verifier_loads_neither_torch_nor_ray() -> None:
-    code = ("import sys, verify.__main__, verify.sweep\n"
+    code = ("import sys, verify.__main__, verify.sweep_verification\n"
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in {'torch', 'ray', 'job', 'transformers'})\n"
             "assert not bad, bad\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False)
@@ -247,7 +247,7 @@ def test_an_oversized_plan_or_index_is_refused_unread(sweep_dir: Path, signing_k
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Signed by the trusted key, but beyond the format's bound: a failed check, and the statement
     is never parsed (loads_strict is not called on it)."""
-    import verify.sweep as vs
+    import verify.sweep_verification as vs
 
     d = _copy(sweep_dir, tmp_path)
     key = signing_key_dir / "signing-key.pem"
@@ -287,7 +287,7 @@ def test_unsigned_files_at_the_root_are_listed_never_part_of_the_verdict(
 
 
 def test_a_failed_members_error_fits_the_indexs_bound() -> None:
-    from job.sweep import _failed_row
+    from job.sweep_run import _failed_row
     from job.sweep_spec import Member
 
     member = Member("m", b"{}", "0" * 64, None, {})
@@ -298,7 +298,7 @@ def test_a_failed_members_error_fits_the_indexs_bound() -> None:
 
 def test_sweep_md_sums_up_across_members_and_an_earlier_layout_still_verifies(
         sweep_dir: Path, signing_key_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from bundle.views.sweep import sweep_markdown_v1
+    from bundle.views.sweep_comparison import sweep_markdown_v1
 
     md = (sweep_dir / layout.SWEEP_MD).read_text()
     index = json.loads(base64.b64decode(json.loads((sweep_dir / layout.SWEEP_INDEX).read_bytes())["payload"]))

@@ -82,7 +82,7 @@ def envelope_edit(bag: Path, fn: Callable[[dict[str, Any]], None]) -> None:
 
 def fix_tagmanifest(bag: Path) -> None:
     """An attacker without the key can still make the (unsigned) tag manifest match."""
-    from bundle.bag import format_manifest
+    from job.publishing.seal import format_manifest
 
     tags = [t for t in (layout.BAGIT_TXT, layout.BAG_INFO, layout.MANIFEST_SHA256,
                         layout.MANIFEST_SHA512, layout.PROVENANCE, layout.SIGNER_PUB)
@@ -93,7 +93,7 @@ def fix_tagmanifest(bag: Path) -> None:
 
 def fix_manifests_without_key(bag: Path) -> None:
     """Recompute both payload manifests and the tag manifest, leaving the signature alone."""
-    from bundle.bag import file_digests, format_manifest
+    from job.publishing.seal import file_digests, format_manifest
 
     paths = sorted(p.relative_to(bag).as_posix() for p in (bag / "data").rglob("*") if p.is_file())
     digests = {p: file_digests(bag / p) for p in paths}

@@ -19,10 +19,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle import layout
 from bundle.canonical import dumps, loads_strict
-from bundle.cosign import cosign
 from bundle.dsse import Envelope
 from bundle.errors import BundleError
 from bundle.keys import fingerprint, public_key_pem
+from job.publishing.cosign import cosign
 from tests.verify.tamper import Keys, copy_bag, synthetic_bag, verify_keys  # noqa: F401
 from tests.verify.test_tamper import (
     fix_manifests_without_key,
@@ -281,8 +281,8 @@ def test_cosign_refuses_a_bundle_whose_signature_does_not_verify(synthetic_bag: 
 
 def test_cosign_cli_speaks_one_sentence(cosigned: Path, synthetic_bag: Path,  # noqa: F811
                                         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from bundle.__main__ import main
-    from bundle.keys import generate
+    from job.cli import main
+    from job.publishing.signing_keys import generate
 
     generate(tmp_path / "k")
     generate(tmp_path / "k2")
@@ -292,7 +292,7 @@ def test_cosign_cli_speaks_one_sentence(cosigned: Path, synthetic_bag: Path,  # 
     assert main(["cosign", str(bag), "--signing-key", str(tmp_path / "k" / "signing-key.pem")]) == 0
     out = capsys.readouterr().out
     assert "fingerprint" in out and f"archive {tmp_path / 'bag2.tar.gz'} written again" in out
-    # the archive beside the folder is the cosigned folder's, byte for byte as `bundle archive` writes it
+    # the archive beside the folder is the cosigned folder's, byte for byte as `job archive` writes it
     assert (tmp_path / "bag2.tar.gz").read_bytes() != before
     (tmp_path / "bag2.tar.gz").rename(tmp_path / "old.tar.gz")
     assert main(["archive", str(bag)]) == 0

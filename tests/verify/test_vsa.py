@@ -209,7 +209,7 @@ def test_a_schema_violation_is_never_signed(journal: tuple[Ed25519PrivateKey, Pa
 
 def test_an_archive_refused_unread_is_named_by_its_own_sha256(journal: tuple[Ed25519PrivateKey, Path, Path],
                                                               tmp_path: Path) -> None:
-    from bundle.archive import archive
+    from job.publishing.archive import archive
 
     _, private, _ = journal
     tarball = archive(GOLDEN, tmp_path / "bundle.tar.gz")

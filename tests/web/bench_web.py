@@ -4,7 +4,7 @@ the Python verifier on the same archive, and print the page's size gzipped.
     python -m tests.web.bench_web [--rows 50000] [--repeat 3] [--bootstrap] [--workdir DIR]
 
 The bundle is synthetic (tests/synthetic.py): the repository's protocol with an empty explore pool and the
-rows split evenly between the calibration and the audit pool, signed with a fresh key and archived by `bundle
+rows split evenly between the calibration and the audit pool, signed with a fresh key and archived by `job
 archive`. Without --bootstrap the protocol's bootstrap and stability sections (and the estimators' bootstrap
 intervals) are dropped: the page does not perform those checks, and the synthetic writer's bootstrap over
 25,000 rows takes minutes. Prints, per run, the page's own time from the archive chosen to the verdict
@@ -64,8 +64,8 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from bundle.archive import archive
     from bundle.keys import public_key_pem
+    from job.publishing.archive import archive
     from tests.synthetic import make_bundle
     from verify.api import verify_path
     from verify.context import Trust

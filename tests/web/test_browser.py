@@ -29,8 +29,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle import layout
-from bundle.archive import archive
 from bundle.keys import fingerprint, public_key_pem
+from job.publishing.archive import archive
 from tests.factory import SHARED_FIXTURES
 from tests.synthetic import make_bundle
 from tests.verify.tamper import HOSTILE, Keys, copy_bag, reseal, synthetic_bag, verify_keys  # noqa: F401
@@ -53,7 +53,7 @@ BROWSER_BLIND = {"symlink-in-data"}
 """Tamper classes a browser cannot see in a chosen folder: it follows a symbolic link and hands the
 page the target's bytes (web/README.md, "What a browser cannot see"); the page then says VERIFIED of
 no folder (test_a_folder_with_a_symbolic_link_is_never_verified_on_the_page). Their archive forms hold
-no links: `bundle archive` refuses them, and the page refuses a link member (hostile archives)."""
+no links: `job archive` refuses them, and the page refuses a link member (hostile archives)."""
 
 
 def _missing() -> str | None:

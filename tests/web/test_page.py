@@ -92,7 +92,7 @@ def _js_number(text: str, name: str) -> int:
     ("caps.js", "trajectoryPerStep", "TRAJECTORY_BYTES_PER_STEP"),
 ])
 def test_the_page_limits_are_the_verifiers(source: str, name: str, constant: str) -> None:
-    from verify import limits
+    from bundle import limits
 
     text = (WEB / "src" / source).read_text(encoding="utf-8").replace("MiB", str(1024 * 1024))
     assert _js_number(text, name) == getattr(limits, constant)

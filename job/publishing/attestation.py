@@ -15,9 +15,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from bundle import layout
 from bundle.dsse import Envelope
 from bundle.errors import BundleError, OutputExistsError
-from bundle.publish import write_atomic
 from bundle.schemas import validate
-from bundle.statement import statement_bytes
+from job.publishing.publish import write_atomic
+from job.publishing.statement import statement_bytes
 
 
 def build_reproduction_statement(statement_sha256: str, predictions: Mapping[str, str],
@@ -45,7 +45,7 @@ def write_attestation(path: Path, data: bytes) -> None:
     """Write `data` at `path` all at once or not at all, never over an existing file.
 
     The bytes go to a hidden temporary file in the same folder, are flushed to disk, and are then
-    renamed into place by bundle.publish.write_atomic with rename_noreplace, the same no-replace
+    renamed into place by job.publishing.publish.write_atomic with rename_noreplace, the same no-replace
     rename that publishes a bag (it fails when `path` exists, so nothing is overwritten even in a race)."""
     path = Path(path)
     if os.path.lexists(path):

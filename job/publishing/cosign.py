@@ -7,15 +7,14 @@ beside it, then renamed), envelope first: an interrupted cosign leaves a bag who
 no longer matches, never a half-written file.
 
 This is a writer: it reads only what it must to refuse a bad bundle (the envelope's shape and
-its original signature by signer.pub.pem); `python -m verify` is the reader of the format.
+its original signature by signer.pub.pem); the verifier, called through its API before any
+signature is added, is the reader of the format.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -28,37 +27,40 @@ from bundle.dsse import Envelope
 from bundle.errors import BundleError, EnvelopeError
 from bundle.keys import fingerprint
 from bundle.schemas import validate
-
-_REPO = Path(__file__).resolve().parent.parent
-VERIFY_TIMEOUT_S = 600
+from job.publishing.archive import archive
 
 
 def verified_before_cosigning(bag: Path, trusted_key: Path | None = None) -> str:
-    """Run the verifier (`python -m verify`, in its own process: bundle/ never imports verify/) on the
-    bag and return its assurance line; BundleError when the bag does not verify.
+    """Run the verifier (verify.api.verify_path, in this process) on the bag and return its
+    assurance line; BundleError when the bag does not verify.
 
-    With `trusted_key` the bag must verify as signed by that key (exit 0); without one it must be
-    intact and carry a valid signature (exit 0 or 3, "signer not established"). A co-signature
+    With `trusted_key` the bag must verify as signed by that key (exit status 0); without one it
+    must be intact and carry a valid signature (0 or 3, "signer not established"). A co-signature
     vouches for the bundle's content, so a bag that fails any check is never co-signed."""
-    cmd = [sys.executable, "-m", "verify", str(bag)]
-    if trusted_key is not None:
-        cmd += ["--trusted-key", str(trusted_key)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(_REPO), os.environ.get("PYTHONPATH")]))}
+    # The verifier and its pyarrow and jsonschema stack load only when a cosign runs, not for
+    # every `python -m job` command.
+    from verify.api import verify_path
+    from verify.context import Trust
+    from verify.result import EXIT_OK, EXIT_UNTRUSTED, VerifyError
+    from verify.signature import load_trusted_key
+
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=VERIFY_TIMEOUT_S, env=env,
-                              check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise BundleError(f"The verifier could not be run on {bag} ({exc}); verify it with `python -m "
-                          "verify` and cosign only a bundle that verifies.") from exc
-    allowed = (0,) if trusted_key is not None else (0, 3)
-    if done.returncode not in allowed:
-        failed = [line.split(None, 2) for line in done.stdout.splitlines() if line.startswith("FAIL")]
-        first = f" ({failed[0][1]}: {failed[0][2] if len(failed[0]) > 2 else ''})" if failed else ""
-        why = (done.stderr.strip().splitlines() or ["it does not verify"])[-1].removeprefix("error: ")
-        raise BundleError(f"{bag} does not verify{first.rstrip()}{'' if failed else f' ({why})'}; nothing was "
-                          "co-signed: run `python -m verify` on it and cosign only a bundle that verifies.")
-    assurance = [line for line in done.stdout.splitlines() if line.startswith("Assurance: ")]
-    return assurance[-1].removeprefix("Assurance: ") if assurance else "verified"
+        trust = Trust() if trusted_key is None else Trust(key=load_trusted_key(str(trusted_key)),
+                                                          source=str(trusted_key))
+    except VerifyError as exc:  # the trusted key file itself: the verifier's one sentence says why
+        raise BundleError(str(exc), **exc.details) from exc
+    try:
+        outcome = verify_path(bag, trust)
+    except VerifyError as exc:
+        raise BundleError(f"{bag} does not verify ({str(exc).rstrip('.')}); nothing was co-signed: run "
+                          "`python -m verify` on it and cosign only a bundle that verifies.") from exc
+    allowed = (EXIT_OK,) if trusted_key is not None else (EXIT_OK, EXIT_UNTRUSTED)
+    if outcome.exit_code not in allowed:
+        failed = [c for c in outcome.checks if c.status == "fail"]
+        first = f" ({failed[0].id}: {failed[0].detail})" if failed else " (the signer is not the trusted key)"
+        raise BundleError(f"{bag} does not verify{first}; nothing was co-signed: run `python -m verify` "
+                          "on it and cosign only a bundle that verifies.")
+    return outcome.assurance or "verified"
 
 
 def cosign(bag: Path, private_key: Ed25519PrivateKey) -> str:
@@ -159,12 +161,10 @@ def _replace(path: Path, data: bytes) -> None:
 
 
 def refresh_archive(bag: Path) -> Path | None:
-    """After a cosign: write the default archive beside the bag (`NAME.tar.gz`, as `bundle archive`
+    """After a cosign: write the default archive beside the bag (`NAME.tar.gz`, as `job archive`
     names it) again when one is there, since it holds the bag without the new signature; return
     its path, or None when there is none (an archive elsewhere is the caller's to remake). The
     new archive is written beside the old one and renamed over it, so no reader sees half of it."""
-    from bundle.archive import archive
-
     old = Path(os.path.abspath(bag)).with_name(Path(os.path.abspath(bag)).name + ".tar.gz")
     if not old.is_file() or old.is_symlink():
         return None

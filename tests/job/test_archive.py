@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bundle.archive import archive
 from bundle.errors import BundleError, OutputExistsError
+from job.publishing.archive import archive
 from tests.payload import seal_payload
 from tests.synthetic import write_payload
 

@@ -16,27 +16,9 @@ from pathlib import Path
 
 from bundle import layout
 from bundle.errors import BundleError, OutputExistsError
-from bundle.publish import rename_noreplace
-from bundle.walk import walk_regular
-
-
-def _epoch() -> int:
-    value = os.environ.get("SOURCE_DATE_EPOCH", "")
-    if not value:
-        return 0
-    try:
-        epoch = int(value)
-    except ValueError as exc:
-        raise BundleError(
-            f"SOURCE_DATE_EPOCH is {value!r}, not a whole number of seconds; set "
-            "it to an integer or unset it."
-        ) from exc
-    if not 0 <= epoch < 8**11:
-        raise BundleError(
-            f"SOURCE_DATE_EPOCH {epoch} is outside what a tar header holds; set it "
-            "to a time between 1970 and 2242."
-        )
-    return epoch
+from job.publishing.dates import archive_mtime
+from job.publishing.publish import rename_noreplace
+from job.publishing.walk import walk_regular
 
 
 def _entries(bag: Path) -> list[tuple[str, Path, bool]]:
@@ -70,7 +52,7 @@ def archive(bag_dir: Path, out_tar_gz: Path | None = None) -> Path:
         raise OutputExistsError(f"Archive {out} already exists; choose a new --out or remove it.", path=str(out))
     if out == bag or bag in out.parents:
         raise BundleError(f"Archive {out} would be inside the bundle; write it elsewhere.")
-    mtime = _epoch()
+    mtime = archive_mtime()
     entries = _entries(bag)
     partial = out.with_name(f".{out.name}.partial-{os.getpid()}-{secrets.token_hex(4)}")
     created = False

@@ -21,11 +21,12 @@ from typing import Any, Final
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from bundle import layout
+from bundle import layout, limits
 from bundle.canonical import loads_strict
 from bundle.errors import CanonicalJSONError, SignatureThresholdError
-from bundle.views.sweep import render_sweep_views, sweep_markdown_v1
-from verify import limits, schemacheck, signature
+from bundle.userfile import read_user_file
+from bundle.views.sweep_comparison import render_sweep_views, sweep_markdown_v1
+from verify import schemacheck, signature
 from verify.context import Attestation
 from verify.result import EXIT_FAILED, EXIT_OK, Check, Failed, InputError
 
@@ -92,7 +93,7 @@ def _statement(path: Path, what: str, predicate_type: str, schema: str,
     if not path.is_file() or path.is_symlink():
         raise Failed(f"the sweep has no {path.name}; {what} is missing.")
     try:
-        data = limits.read_small_file(path, f"the sweep's {what}", cap)
+        data = read_user_file(path, f"sweep's {what}", cap, InputError)
     except InputError as exc:
         raise Failed(f"{path.name} is {path.stat().st_size:,} bytes, over the {cap:,} the format allows "
                      f"for this {what}; it was not read.") from exc
@@ -142,7 +143,7 @@ def _check_file(root: Path, st: _State) -> str:
     path = root / layout.SWEEP_FILE
     if not path.is_file() or path.is_symlink():
         raise Failed(f"the sweep has no {layout.SWEEP_FILE}.")
-    digest = hashlib.sha256(limits.read_small_file(path, "the sweep file", MAX_SWEEP_FILE_BYTES)).hexdigest()
+    digest = hashlib.sha256(read_user_file(path, "sweep file", MAX_SWEEP_FILE_BYTES, InputError)).hexdigest()
     if digest != plan["sweep"]["sha256"]:
         raise Failed(f"{layout.SWEEP_FILE} has sha256 {digest[:16]}…, the plan names "
                      f"{plan['sweep']['sha256'][:16]}…; it is not the sweep that was planned.")

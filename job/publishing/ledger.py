@@ -1,5 +1,5 @@
 """The payload as it is written: each file's sha256, sha512 and size, taken from the bytes as they
-are written, which bundle.bag.seal seals from (no payload file is read or hashed again).
+are written, which job.publishing.seal.seal seals from (no payload file is read or hashed again).
 
 A `Ledger` is the only writer of a bag's data/: every file goes through `write_bytes` or
 `write_json`, once. A JSON payload file (bundle.layout.PAYLOAD_SCHEMAS) is schema-checked before

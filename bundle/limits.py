@@ -1,4 +1,5 @@
-"""How large a bundle may be, and how large the protocol may ask it to be (FORMAT.md, "Limits").
+"""How large a bundle may be, and how large the protocol may ask it to be (FORMAT.md, "Limits"):
+every limit and cap of the format, defined here once for the writer and the verifier.
 
 A verifier reads files downloaded from anywhere, so every size is bounded before anything is
 read or parsed: the protocol's own values (rows, classes, steps, resamples) have fixed bounds,
@@ -8,16 +9,13 @@ cannot be read gives the fixed caps, and the checks that read it say what is wro
 
 from __future__ import annotations
 
-import errno
 import json
-import os
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from bundle import layout
-from verify.result import Failed, InputError, VerifyError
+from bundle.errors import ProtocolOutOfBounds
 
 MAX_ENTRIES: Final = 10_000
 """Entries (files and folders) in a bag folder or members in an archive; a bundle holds ~25."""
@@ -32,7 +30,12 @@ MAX_NAME_BYTES: Final = 255
 MAX_PATH_BYTES: Final = 1024
 """A whole relative path inside the bag."""
 MAX_PROTOCOL_BYTES: Final = 1024 * 1024
-"""data/protocol.json, and a --protocol or --trusted-key file given on the command line."""
+"""data/protocol.json, and a --protocol or --trusted-key file given on the command line; the job
+reads no protocol larger than this, so no run writes one a verifier refuses."""
+KEY_FILE_BYTES: Final = 64 * 1024
+"""A PEM key file a user names (a PEM key is a few hundred bytes, an encrypted one under 1 KiB)."""
+DOCUMENT_BYTES: Final = 4 * 1024 * 1024
+"""A resource lock or a pin file a user names: kilobytes in practice."""
 SMALL_FILE_BYTES: Final = 4 * 1024 * 1024
 """A record, tag file or derived file whose size does not grow with the data."""
 MAX_TRAILING_ZERO_BYTES: Final = 1024 * 1024
@@ -64,10 +67,6 @@ SLACK_BYTES: Final = 64 * 1024
 """Headers, footers and fixed fields on top of the per-row sizes."""
 
 
-class ProtocolOutOfBounds(VerifyError):
-    """The protocol asks for more than the verifier bounds (rows, classes, steps, resamples)."""
-
-
 @dataclass(frozen=True)
 class Dimensions:
     """The protocol's sizes that bound the bundle's files."""
@@ -85,14 +84,6 @@ def _int(value: Any, what: str, low: int, high: int) -> int:
                                   f"accepts {low}..{high:,}", field=what, found=str(value)[:40],
                                   low=low, high=high)
     return value
-
-
-def bounded_dimensions(protocol: Any) -> Dimensions:
-    """`dimensions`, raising Failed for a check to report."""
-    try:
-        return dimensions(protocol)
-    except ProtocolOutOfBounds as exc:
-        raise Failed(f"not checked: {exc} (see protocol.bounds).", **exc.details) from exc
 
 
 def dimensions(protocol: Any) -> Dimensions:
@@ -164,40 +155,3 @@ def caps_from_protocol_bytes(data: bytes | None) -> tuple[dict[str, int], str | 
         return file_caps(dimensions(doc)), None
     except (ProtocolOutOfBounds, ValueError, RecursionError, MemoryError) as exc:
         return file_caps(None), str(exc)[:200]
-
-
-def describe(exc: BaseException) -> str:
-    """A short reason for an error at the input's edges, without a traceback."""
-    if isinstance(exc, OSError) and exc.errno is not None:
-        return exc.strerror or errno.errorcode.get(exc.errno, str(exc.errno))
-    if isinstance(exc, MemoryError):
-        return "out of memory"
-    if isinstance(exc, UnicodeError):
-        return "a name or text that is not valid UTF-8"
-    return f"{type(exc).__name__}: {str(exc)[:200]}"
-
-
-def read_small_file(path: os.PathLike[str] | str, what: str,
-                    cap: int = MAX_PROTOCOL_BYTES) -> bytes:
-    """The bytes of a regular file of at most `cap` bytes named on the command line; InputError
-    for anything else (a FIFO, a device such as /dev/zero, a folder, a file too large)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except (OSError, ValueError, UnicodeError) as exc:
-        raise InputError(f"{what} {os.fsdecode(path)!r} cannot be read ({describe(exc)}); pass "
-                         "a readable file.") from exc
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > cap:
-            raise InputError(f"{what} {os.fsdecode(path)!r} is not a regular file of at most "
-                             f"{cap:,} bytes; pass the file itself.")
-        data = os.read(fd, cap + 1)
-    except OSError as exc:
-        raise InputError(f"{what} {os.fsdecode(path)!r} cannot be read ({describe(exc)}); pass "
-                         "a readable file.") from exc
-    finally:
-        os.close(fd)
-    if len(data) > cap:
-        raise InputError(f"{what} {os.fsdecode(path)!r} is over {cap:,} bytes; pass the file "
-                         "itself.")
-    return data

@@ -13,13 +13,14 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle import layout
-from bundle.bag import bagging_date, file_digests, payload_files, seal
 from bundle.canonical import dumps, loads_strict
 from bundle.dsse import Envelope
 from bundle.errors import BundleError
 from bundle.keys import fingerprint
-from bundle.ledger import Ledger
 from bundle.schemas import schema_sha256, validate
+from job.publishing.dates import bagging_date
+from job.publishing.ledger import Ledger
+from job.publishing.seal import file_digests, payload_files, seal
 from tests.payload import ledger_of, predicate_from_payload, seal_payload
 from tests.synthetic import REPO, write_payload
 from verify import bag as reader
@@ -178,7 +179,7 @@ def test_seal_refuses_a_bad_payload(tmp_path: Path, setup: Any, message: str) ->
     setup(bag)
     with pytest.raises(BundleError, match=message):
         seal_payload(
-            bag, description="x", protocol_sha256=protocol_sha256, profile="formal", private_key=KEY
+            bag, description="x", protocol_sha256=protocol_sha256, profile="formal", date="2026-01-01", private_key=KEY
         )
     assert not (bag / layout.TAGMANIFEST_SHA256).exists()
 
@@ -190,16 +191,16 @@ def test_seal_seals_from_the_ledger_and_refuses_what_it_does_not_list(tmp_path: 
     ledger = ledger_of(bag)
     (bag / "data" / "late.txt").write_text("x")
     with pytest.raises(BundleError, match=r"not written through it: \['data/late.txt'\]"):
-        seal(bag, ledger, description="x", protocol_sha256=protocol_sha256, profile="formal")
+        seal(bag, ledger, description="x", protocol_sha256=protocol_sha256, profile="formal", date="2026-01-01")
     (bag / "data" / "late.txt").unlink()
     with open(bag / layout.METRICS_JSON, "ab") as fh:
         fh.write(b" ")
     with pytest.raises(BundleError, match="data/metrics.json changed size after it was written"):
-        seal(bag, ledger, description="x", protocol_sha256=protocol_sha256, profile="formal")
+        seal(bag, ledger, description="x", protocol_sha256=protocol_sha256, profile="formal", date="2026-01-01")
     assert not (bag / layout.TAGMANIFEST_SHA256).exists()
     bag, protocol_sha256 = _payload(tmp_path / "again")
     ledger = ledger_of(bag)
-    seal(bag, ledger, description="x", protocol_sha256=protocol_sha256, profile="formal")
+    seal(bag, ledger, description="x", protocol_sha256=protocol_sha256, profile="formal", date="2026-01-01")
     assert read_manifest(bag, layout.MANIFEST_SHA256) == {p: w.sha256 for p, w in ledger.items()}
     assert read_manifest(bag, layout.MANIFEST_SHA512) == {p: w.sha512 for p, w in ledger.items()}
 
@@ -220,7 +221,7 @@ def test_the_ledger_refuses_a_json_file_against_its_schema_and_a_second_write(tm
 def test_a_signed_seal_needs_its_predicate(tmp_path: Path) -> None:
     bag, protocol_sha256 = _payload(tmp_path)
     with pytest.raises(BundleError, match="needs the predicate"):
-        seal(bag, ledger_of(bag), description="x", protocol_sha256=protocol_sha256, profile="formal",
+        seal(bag, ledger_of(bag), description="x", protocol_sha256=protocol_sha256, profile="formal", date="2026-01-01",
              private_key=KEY)
 
 

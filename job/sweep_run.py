@@ -15,8 +15,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle import layout
-from bundle.keys import load_private_key
 from job.errors import JobError
+from job.publishing.signing_keys import load_private_key
 from job.sweep_dir import clean_partials, forget_index, open_sweep_dir, publish_member, verified_member, write_index
 from job.sweep_member import MemberOutcome, MemberTask, build_member
 from job.sweep_spec import Member, Sweep, load_sweep

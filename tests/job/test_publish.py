@@ -13,8 +13,8 @@ import bagit  # type: ignore[import-untyped]
 import pytest
 
 from bundle.errors import BundleError, OutputExistsError
-from bundle.keys import generate
-from bundle.publish import assembling, cleanup_stale_partials, publish, staging_dir
+from job.publishing.publish import assembling, cleanup_stale_partials, publish, staging_dir
+from job.publishing.signing_keys import generate
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -101,10 +101,11 @@ def test_cleanup_removes_only_partials_of_dead_processes(tmp_path: Path) -> None
 CHILD = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from bundle import bag, ledger, publish
+    from job.publishing import ledger, publish
+    from job.publishing import seal as bag
     from tests.payload import seal_payload
     from tests.synthetic import write_payload
-    from bundle.keys import load_private_key
+    from job.publishing.signing_keys import load_private_key
 
     out, pause, key_path = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
     key = load_private_key(key_path)

@@ -13,7 +13,6 @@ import hashlib
 import os
 import re
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +24,11 @@ from bundle.digests import file_digests, sha256_file
 from bundle.dsse import Envelope
 from bundle.errors import BundleError
 from bundle.keys import fingerprint, public_key_pem
-from bundle.ledger import Written
-from bundle.statement import (
-    build_statement,
-    schemas_map,
-    statement_bytes,
-)
-from bundle.walk import walk_regular
+from job.publishing.ledger import Written
+from job.publishing.statement import build_statement, schemas_map, statement_bytes
+from job.publishing.walk import walk_regular
 
 __all__ = [
-    "bagging_date",
     "check_payload",
     "file_digests",
     "format_bag_info",
@@ -65,20 +59,6 @@ def payload_files(bag: Path) -> list[str]:
     return sorted(found)
 
 
-def bagging_date() -> str:
-    """YYYY-MM-DD (UTC) of SOURCE_DATE_EPOCH when set, else of now."""
-    epoch = os.environ.get("SOURCE_DATE_EPOCH")
-    if epoch is None or epoch == "":
-        return datetime.now(UTC).strftime("%Y-%m-%d")
-    try:
-        return datetime.fromtimestamp(int(epoch), UTC).strftime("%Y-%m-%d")
-    except (ValueError, OverflowError, OSError) as exc:
-        raise BundleError(
-            f"SOURCE_DATE_EPOCH is {epoch!r}, not a whole number of seconds since "
-            "1970; set it to an integer or unset it."
-        ) from exc
-
-
 def format_manifest(digests: Mapping[str, str]) -> str:
     """Manifest text: one "<hex>  <path>" line per entry, sorted by path."""
     return "".join(f"{digests[path]}  {path}\n" for path in sorted(digests))
@@ -103,7 +83,7 @@ def _write(bag: Path, name: str, data: bytes) -> None:
 def check_payload(bag: Path, ledger: Mapping[str, Written], *, protocol_sha256: str, profile: str) -> list[str]:
     """Check the payload before it is sealed; return the payload paths.
 
-    The files under data/ must be exactly those `ledger` lists (bundle.ledger.Ledger: each
+    The files under data/ must be exactly those `ledger` lists (job.publishing.ledger.Ledger: each
     written once, JSON ones schema-checked as they were written, digests taken from the bytes
     written), each still of the size written; data/protocol.json must have been written with
     sha256 protocol_sha256; the payload must be exactly the files FORMAT.md lists for that
@@ -171,16 +151,17 @@ def seal(
     profile: str,
     predicate: Mapping[str, Any] | None = None,
     private_key: Ed25519PrivateKey | None = None,
-    date: str | None = None,
+    date: str,
 ) -> None:
     """Write every tag file around staging/data/ so that staging becomes a complete bag.
 
-    `ledger`: the payload as written (bundle.ledger.Ledger over staging); the manifests, the
+    `ledger`: the payload as written (job.publishing.ledger.Ledger over staging); the manifests, the
     Payload-Oxum and the statement's subjects are its digests and sizes, not a second reading.
-    `date` is the Bagging-Date (default: bagging_date()); pass the date the payload already names.
+    `date` is the Bagging-Date (job.publishing.dates.bagging_date() of the run, the date the
+    payload's crate already names).
 
     With a private key, sign an in-toto Statement over all payload files; its predicate is
-    `predicate` (bundle.statement.restated_predicate of the records written) plus `schemas` and
+    `predicate` (bundle.predicate.restated_predicate of the records written) plus `schemas` and
     `signer_fingerprint`.
     """
     staging = Path(staging)
@@ -192,7 +173,7 @@ def seal(
         )
     if private_key is not None and predicate is None:
         raise BundleError(
-            "A signed bag needs the predicate it signs; pass bundle.statement.restated_predicate(...) "
+            "A signed bag needs the predicate it signs; pass bundle.predicate.restated_predicate(...) "
             "of the records written."
         )
     paths = check_payload(staging, ledger, protocol_sha256=protocol_sha256, profile=profile)
@@ -202,7 +183,7 @@ def seal(
     octets = sum(ledger[path].size for path in paths)
 
     info = [
-        (layout.INFO_BAGGING_DATE, date or bagging_date()),
+        (layout.INFO_BAGGING_DATE, date),
         (layout.INFO_PAYLOAD_OXUM, f"{octets}.{len(paths)}"),
         (layout.INFO_DESCRIPTION, description),
         (layout.INFO_PROTOCOL_SHA256, protocol_sha256),

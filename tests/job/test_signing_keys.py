@@ -12,8 +12,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from bundle import keys
 from bundle.errors import BundleError, KeyFileError
+from job.publishing import signing_keys as keys
 from verify.result import InputError
 from verify.signature import load_trusted_key
 
@@ -77,7 +77,7 @@ def test_other_key_types_refused(
     with pytest.raises(
         KeyFileError,
         match=rf"is {kind}; this project signs with Ed25519: create "
-        r"one with `python -m bundle keygen --out DIR`",
+        r"one with `python -m job keygen --out DIR`",
     ):
         keys.load_private_key(path)
     pub = tmp_path / "other.pub.pem"
