@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from bundle import layout
+from bundle.archive import archive
 from bundle.dsse import Envelope
 from bundle.errors import BundleError, EnvelopeError
 from bundle.keys import fingerprint
@@ -163,8 +164,6 @@ def refresh_archive(bag: Path) -> Path | None:
     names it) again when one is there, since it holds the bag without the new signature; return
     its path, or None when there is none (an archive elsewhere is the caller's to remake). The
     new archive is written beside the old one and renamed over it, so no reader sees half of it."""
-    from bundle.archive import archive
-
     old = Path(os.path.abspath(bag)).with_name(Path(os.path.abspath(bag)).name + ".tar.gz")
     if not old.is_file() or old.is_symlink():
         return None

@@ -19,6 +19,7 @@ from job.errors import JobError, ProtocolBeyondLimits
 from job.estimator_spec import EstimatorSpec, parse_estimators
 from job.labelmap import LabelMap
 from job.user_documents import read_checked
+from verify.limits import ProtocolOutOfBounds, dimensions
 
 DEFAULT_PROTOCOL = Path(__file__).resolve().parent.parent / "provenance.json"
 
@@ -299,8 +300,6 @@ def require_verifiable(doc: dict[str, Any]) -> None:
     """Refuse a protocol whose bundle a verifier would not read: more rows, classes, fit steps or
     bootstrap draws than the format's limits (FORMAT.md, "Limits"; verify.limits holds the numbers),
     found before any download or inference rather than after the run."""
-    from verify.limits import ProtocolOutOfBounds, dimensions
-
     try:
         dimensions(doc)
     except ProtocolOutOfBounds as exc:

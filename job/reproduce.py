@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -31,23 +31,21 @@ from job.arithmetic import arithmetic_record, same_arithmetic, short
 from job.batch_kinds import Side, groups, reproducer_workers
 from job.batching import Tokenized
 from job.dataset import Rows, load_rows
+from job.engines import Engine, open_engine
 from job.environment import cpu_model, git_commit
 from job.errors import JobError
+from job.labelmap import LabelMap
 from job.logit_compare import RowComparison, compare_rows, grade, predictions_changed
 from job.protocol import Protocol
 from job.reproduced_figures import TABLE_INPUTS, recomputed_changes
-from job.resources import Resources
+from job.resources import Resources, check_resources
 from job.row_inputs import INPUT_FIELDS, InputDifference, differing_fields, input_differences
+from job.runtime import Settings
+from job.sharded import ShardOptions
 from job.split import make_pools
 from job.spot_sample import draw_batches
 from job.tolerance_bounds import fit_of, reproduction_bounds
 from job.verified_bundle import RecordedPool, VerifiedBundle, load_verified
-
-if TYPE_CHECKING:
-    from job.engines import Engine
-    from job.labelmap import LabelMap
-    from job.runtime import Settings
-    from job.sharded import ShardOptions
 
 POOLS = layout.REPRODUCTION_POOLS
 SHOWN_DIFFERENCES = 10
@@ -122,26 +120,6 @@ class Finding:
 def bundle_protocol(bundle: VerifiedBundle) -> Protocol:
     """The protocol the bundle ran under (data/protocol.json, verified), not the repository's."""
     return Protocol.from_bytes(bundle.protocol_raw, bundle.json(layout.PROTOCOL_JSON))
-
-
-def check_resources(recorded: dict[str, Any], resources: Resources) -> None:
-    """Every file the bundle used, with the sha256 its resources.json records, and no other file.
-
-    Raises JobError naming the file and both hashes; called before any inference."""
-    for role, repo in (("model", resources.model), ("dataset", resources.dataset)):
-        want = {f["path"]: f["sha256"] for f in recorded[role]["files"]}
-        have = {f.path: f.sha256 for f in repo.files}
-        for path, sha in want.items():
-            if path not in have:
-                raise JobError(f"The bundle's {role} file {path} is not among the resources given; add it "
-                               "to the lock (--resources) or the cache.")
-            if have[path] != sha:
-                raise JobError(f"The {role} file {path} has sha256 {have[path]}, but the bundle records "
-                               f"{sha}; reproduce with the very files the bundle used (nothing was run).")
-        extra = sorted(set(have) - set(want))
-        if extra:
-            raise JobError(f"The {role} files {extra} were not used by the bundle; give exactly the files "
-                           "its resources.json lists.")
 
 
 def _sampled_batches(bundle: VerifiedBundle, n: int, seed: int) -> dict[str, list[int]]:
@@ -222,9 +200,6 @@ def rerun(bundle: VerifiedBundle, protocol: Protocol, resources: Resources, samp
 
     idx, text hash and label are compared on every row of both pools (they need no inference);
     token counts and truncation on the rows tokenised for the batches run; logits on those rows."""
-    from job.engines import open_engine
-    from job.runtime import Settings
-
     s = Settings.from_protocol(protocol.inference, signer_threads(bundle.json(layout.ENVIRONMENT_JSON),
                                                                   protocol.inference.torch_threads))
     rows = load_rows([f.local for f in resources.dataset.files], resources.dataset_spec, protocol.dataset)
@@ -302,7 +277,7 @@ def _version(name: str) -> str | None:
 
 def environment() -> dict[str, Any]:
     """Where the re-run happened: versions, CPU, threads, image, commit and the arithmetic used."""
-    import torch
+    import torch  # deferred: the reproducer's torch is loaded by the re-run; this only reads its thread count
 
     return {"python": platform.python_version(), "torch": _version("torch"),
             "transformers": _version("transformers"), "numpy": _version("numpy"), "cpu_model": cpu_model(),

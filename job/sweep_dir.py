@@ -24,9 +24,12 @@ from bundle import layout
 from bundle.dsse import Envelope
 from bundle.publish import cleanup_stale_partials, publish, staging_dir, write_atomic
 from bundle.sweep import index_statement, plan_statement, signed_record
-from bundle.views.sweep import render_sweep_views
 from job.errors import JobError
 from job.sweep_spec import Member, Sweep
+from verify.api import verify_path
+from verify.context import Trust
+from verify.extract import extract_archive, find_bag_root
+from verify.result import Failed, InputError
 
 
 def statement_sha256(envelope_bytes: bytes) -> str:
@@ -103,9 +106,6 @@ def member_summary(bag: Path) -> dict[str, Any]:
 def verified_member(bag: Path, member: Member, key: Ed25519PrivateKey) -> dict[str, Any]:
     """The index row of the member bundle at `bag`: it must verify under the sweep's key with the
     planned protocol; raise JobError saying which check failed otherwise."""
-    from verify.api import verify_path
-    from verify.context import Trust
-
     outcome = verify_path(bag, Trust(key=key.public_key(), source="the sweep's signing key"),
                           expected_protocol_sha256=member.protocol_sha256)
     if outcome.exit_code != 0:
@@ -120,9 +120,6 @@ def verified_member(bag: Path, member: Member, key: Ed25519PrivateKey) -> dict[s
 def publish_member(out: Path, member: Member, archive_bytes: bytes, key: Ed25519PrivateKey) -> dict[str, Any]:
     """Extract the worker's archive beside members/NAME, verify it against the plan, and rename it
     into place; return its index row. Nothing appears at members/NAME unless it verified."""
-    from verify.extract import extract_archive, find_bag_root
-    from verify.result import Failed, InputError
-
     target = out / layout.SWEEP_MEMBERS / member.name
     staging = staging_dir(target)
     try:
@@ -156,6 +153,8 @@ def _readable(bag: Path) -> None:
 
 def write_index(out: Path, plan_sha256: str, rows: list[dict[str, Any]], key: Ed25519PrivateKey) -> None:
     """Sign the index over `rows` (plan order), then render the views from it; each file by rename."""
+    from bundle.views.sweep import render_sweep_views  # deferred: matplotlib (about 1 s) only to draw the views
+
     statement = index_statement(plan_sha256, rows)
     envelope, _digest = signed_record(statement, key)
     plan = json.loads(Envelope.from_json((out / layout.SWEEP_PLAN).read_bytes(), layout.SWEEP_PLAN).payload)

@@ -19,14 +19,20 @@ from typing import Any
 import numpy as np
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from bundle import layout
+from bundle.archive import archive
 from bundle.attestation import write_attestation
 from bundle.dsse import Envelope
 from bundle.errors import BundleError, EnvelopeError
 from bundle.keys import load_private_key
 from bundle.views.arithmetic import short_number
 from job.errors import JobError
+from job.hub import default_cache
+from job.ray_engine import TaskOptions, completed, ray_session, remote, task_failure
+from job.reproduce import ReproduceOptions, reproduce
+from job.resources import resolve_hub, resolve_local
 from job.sweep_spec import absolute_lock
 
 ATTESTATION_SUFFIX = ".intoto.json"
@@ -78,12 +84,6 @@ def draw_members(names: list[str], k: int, seed: int) -> list[str]:
 
 def reproduce_member(task: ReproduceTask) -> ReproduceOutcome:
     """Re-run one member's bundle on this worker and return its signed attestation's bytes."""
-    from cryptography.hazmat.primitives.serialization import load_pem_private_key
-
-    from job.hub import default_cache
-    from job.reproduce import ReproduceOptions, reproduce
-    from job.resources import resolve_hub, resolve_local
-
     with tempfile.TemporaryDirectory(prefix=f"reproduce-{task.name}-") as tmp_name:
         tmp = Path(tmp_name)
         bundle = tmp / f"{task.name}.tar.gz"
@@ -122,10 +122,7 @@ def _index_rows(sweep_dir: Path) -> list[dict[str, Any]]:
 
 def reproduce_sweep(options: SweepReproduceOptions) -> int:
     """Reproduce the chosen members on Ray; 0 when every one reproduced, 1 otherwise."""
-    import ray
-
-    from bundle.archive import archive
-    from job.ray_engine import TaskOptions, completed, ray_session, remote, task_failure
+    import ray  # deferred: Ray, optional, loads only for a run on a cluster
 
     done = [r["name"] for r in _index_rows(options.sweep_dir) if r["status"] == "done"]
     if not done:
