@@ -289,8 +289,8 @@ def figures_of(bundle: VerifiedBundle, protocol: Protocol, logits: dict[str, NDA
                labels: dict[str, NDArray[np.int64]]) -> dict[str, Any]:
     """Every published figure of `bundle` recomputed from these logits and labels (pool -> pool order),
     and those that differ at their published precision (job.reproduced_figures)."""
-    files = {path: bundle.tree.files[path] for path in TABLE_INPUTS}
-    published = {path: (bundle.json(path) if path in bundle.tree.files else None)
+    files = {path: bundle.files[path] for path in TABLE_INPUTS}
+    published = {path: (bundle.json(path) if path in bundle.files else None)
                  for path in (layout.TEMPERATURE_JSON, layout.METRICS_JSON, layout.POOLS_JSON,
                               layout.BOOTSTRAP_JSON, layout.STABILITY_JSON)}
     return recomputed_changes(protocol, {n: bundle.pool(n) for n in POOLS}, logits, labels, files, published)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,15 +27,7 @@ from bundle.publish import cleanup_stale_partials, publish, staging_dir, write_a
 from bundle.sweep import index_statement, plan_statement, signed_record
 from job.errors import JobError
 from job.sweep_spec import Member, Sweep
-from verify.api import verify_path
-from verify.context import Trust
-from verify.extract import extract_archive, find_bag_root
-from verify.result import Failed, InputError
-
-
-def statement_sha256(envelope_bytes: bytes) -> str:
-    """sha256 of the signed statement inside a DSSE envelope (its decoded payload)."""
-    return hashlib.sha256(Envelope.from_json(envelope_bytes).payload).hexdigest()
+from verify import Trust, VerifyError, extract_bag, verify_path
 
 
 def plan_bytes(sweep: Sweep, key: Ed25519PrivateKey) -> tuple[bytes, str]:
@@ -85,12 +78,11 @@ def clean_partials(out: Path) -> list[Path]:
     return cleanup_stale_partials(out / layout.SWEEP_MEMBERS)
 
 
-def member_summary(bag: Path) -> dict[str, Any]:
-    """The index's summary of a verified member bundle (sweep-index/v1), read from its records."""
-    metrics = json.loads((bag / layout.METRICS_JSON).read_bytes())
-    temperature = json.loads((bag / layout.TEMPERATURE_JSON).read_bytes())
-    boot_path = bag / layout.BOOTSTRAP_JSON
-    bootstrap = json.loads(boot_path.read_bytes()) if boot_path.is_file() else None
+def member_summary(documents: Mapping[str, Any]) -> dict[str, Any]:
+    """The index's summary of a verified member bundle (sweep-index/v1), from its records as the
+    verifier parsed them (`documents`: bag path -> record)."""
+    metrics, temperature = documents[layout.METRICS_JSON], documents[layout.TEMPERATURE_JSON]
+    bootstrap = documents.get(layout.BOOTSTRAP_JSON)
     audit = metrics["pools"]["audit"]
     differences = bootstrap["differences"] if bootstrap is not None else {}
     return {
@@ -112,9 +104,10 @@ def verified_member(bag: Path, member: Member, key: Ed25519PrivateKey) -> dict[s
         bad = next((c for c in outcome.checks if c.status != "pass"), None)
         why = f"{bad.id}: {bad.detail}" if bad is not None else "no check passed"
         raise JobError(f"Member {member.name}'s bundle does not verify against the plan ({why}).")
+    assert outcome.envelope is not None, "a verified bundle has an envelope"
     return {"name": member.name, "status": "done",
-            "statement_sha256": statement_sha256((bag / layout.PROVENANCE).read_bytes()),
-            "summary": member_summary(bag)}
+            "statement_sha256": hashlib.sha256(outcome.envelope.payload).hexdigest(),
+            "summary": member_summary(outcome.documents)}
 
 
 def publish_member(out: Path, member: Member, archive_bytes: bytes, key: Ed25519PrivateKey) -> dict[str, Any]:
@@ -128,9 +121,8 @@ def publish_member(out: Path, member: Member, archive_bytes: bytes, key: Ed25519
         extracted = staging / "bag"
         extracted.mkdir()
         try:
-            extract_archive(archive, extracted)
-            bag = find_bag_root(extracted)
-        except (Failed, InputError) as exc:
+            bag = extract_bag(archive, extracted)
+        except VerifyError as exc:
             raise JobError(f"Member {member.name}'s archive cannot be extracted ({exc}).") from exc
         if bag.name != member.name:
             raise JobError(f"Member {member.name}'s archive holds the bag {bag.name!r}; the worker answered "

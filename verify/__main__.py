@@ -16,9 +16,10 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle import layout
-from verify import __version__, limits, reproduction, signature, sweep, verdict_output, vsa
+from verify import limits, reproduction, signature, sweep, verdict_output, vsa
 from verify.api import Outcome, verify_path
-from verify.context import Attestation, Trust
+from verify.context import Attestation, Trust, check_threshold
+from verify.release import __version__
 from verify.result import EXIT_FAILED, EXIT_OK, EXIT_UNREADABLE, Failed, InputError
 
 
@@ -149,9 +150,7 @@ def _verify_sweep(args: argparse.Namespace) -> int:
         raise InputError("--protocol and --json apply to one bundle; verify a member folder under members/ "
                          "for them.")
     keys = [(signature.load_trusted_key(path), path) for path in args.trusted_key]
-    if not 1 <= args.threshold <= len(keys):
-        raise InputError(f"--threshold {args.threshold} cannot be met by {len(keys)} trusted key(s); pass a "
-                         "threshold from 1 to the number of --trusted-key.")
+    check_threshold(args.threshold, args.trusted_key)
     attestations = tuple(reproduction.load_attestation(a) for a in args.reproduction)
     reproducers = tuple(signature.load_trusted_key(k) for k in args.trusted_reproducer)
     outcome = sweep.verify_sweep(args.bundle, keys, attestations=attestations, reproducers=reproducers,
@@ -232,10 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         if sweep.is_sweep(args.bundle):
             return _verify_sweep(args)
         trust = Trust()
-        count = len(set(args.trusted_key or []))
-        if args.threshold < 1 or args.threshold > max(count, 1):
-            raise InputError(f"--threshold {args.threshold} cannot be met by {count} trusted "
-                             "key(s); pass a threshold from 1 to the number of --trusted-key.")
+        check_threshold(args.threshold, args.trusted_key or [])
         if args.trusted_key:
             keys = [(signature.load_trusted_key(path), path) for path in args.trusted_key]
             trust = Trust(key=keys[0][0], source=keys[0][1], more_keys=tuple(keys[1:]),
