@@ -24,7 +24,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from numpy.typing import NDArray
 
 from bundle import layout
-from bundle.attestation import attestation_bytes, build_reproduction_statement, write_attestation
+from bundle.attestation import (
+    attestation_bytes,
+    build_reproduction_statement,
+    refuse_existing_attestation,
+    write_attestation,
+)
 from bundle.keys import fingerprint, load_private_key
 from bundle.views.arithmetic import claim_warning, claimed_kinds, group_words, short_number, suspicious
 from job.arithmetic import arithmetic_record, same_arithmetic, short
@@ -368,9 +373,7 @@ def reproduce(options: ReproduceOptions, resolve: Callable[[Protocol], Resources
     `resolve` gives the resources for the bundle's protocol (a lock or the cache); `key` is the
     reproducer's key when the caller has loaded it already (default: read options.signing_key).
     Raises JobError (or BundleError) on bad input; then no attestation exists at options.out."""
-    if os.path.lexists(options.out):
-        raise JobError(f"{options.out} already exists and attestations are never overwritten; choose "
-                       "another --out.")
+    refuse_existing_attestation(options.out)  # before anything is verified or run
     if not options.out.parent.is_dir():
         raise JobError(f"The folder {options.out.parent} for --out does not exist; create it first.")
     key = key if key is not None else load_private_key(options.signing_key)

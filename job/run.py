@@ -11,7 +11,7 @@ from typing import Any
 from bundle import layout
 from bundle.bag import bagging_date, seal
 from bundle.keys import PRIVATE_KEY_NAME, PUBLIC_KEY_NAME, fingerprint, generate, load_private_key
-from bundle.publish import assembling
+from bundle.publish import assembling, refuse_existing
 from job.errors import JobError
 from job.pipeline import RunResult, execute, run_settings
 from job.protocol import Protocol
@@ -61,8 +61,7 @@ def _signing_key(options: RunOptions) -> Any:
 
 def run_to_bundle(options: RunOptions, protocol: Protocol, resources: Resources) -> int:
     """Run, then seal the bundle at options.out; nothing appears there unless it is complete and signed."""
-    if options.out.exists():
-        raise JobError(f"Output directory {options.out} already exists; choose a new --out or remove it.")
+    refuse_existing(options.out)  # before anything is run or a key is made
     settings = run_settings(protocol, options.threads, options.shard)  # a bad --threads: nothing written
     if resources.profile != "formal":
         print("note: resources differ from the protocol's pins; the bundle is labelled profile "

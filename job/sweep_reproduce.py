@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from bundle import layout
 from bundle.archive import archive
-from bundle.attestation import write_attestation
+from bundle.attestation import refuse_existing_attestation, write_attestation
 from bundle.dsse import Envelope
 from bundle.errors import BundleError, EnvelopeError
 from bundle.keys import load_private_key
@@ -128,8 +128,7 @@ def reproduce_sweep(options: SweepReproduceOptions) -> int:
     if not done:
         raise JobError(f"{options.sweep_dir} has no done member to reproduce.")
     names = done if options.members is None else draw_members(done, options.members, int(options.seed or 0))
-    if options.out.exists():
-        raise JobError(f"{options.out} already exists and attestations are never overwritten; choose another --out.")
+    refuse_existing_attestation(options.out)
     key = load_private_key(options.signing_key)
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                             serialization.NoEncryption())
