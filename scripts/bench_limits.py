@@ -114,9 +114,9 @@ def build(out: Path, key: Ed25519PrivateKey, shape: Shape, seed: int = 0) -> Pat
     from job.artifacts import Artifacts
     from job.bootstrap import bootstrap_record
     from job.calibration import fit_temperature
-    from job.records import metrics_record, stage_record, temperature_record, trajectory_record
     from job.predictions import PoolOutput, Predictions, predictions_table
     from job.protocol import Protocol
+    from job.records import metrics_record, stage_record, temperature_record, trajectory_record
     from job.rocrate import Publication, crate_bytes
     from job.stability import stability_record
     from scripts.payload_report import report_markdown
