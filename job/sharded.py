@@ -116,7 +116,7 @@ class ShardedEngine:
 
     def run(self, pool: str, tokens: Tokens, plan: Sequence[Sequence[int]], progress: str | None = None,
             temperature_sha256: str | None = None) -> NDArray[np.float32]:
-        import ray  # deferred: Ray, an optional dependency, is imported only by a sharded run
+        import ray  # deferred: Ray, optional, loads only for a run on a cluster
 
         n = len(tokens.lengths)
         logits: NDArray[np.float32] | None = None
