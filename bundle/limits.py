@@ -9,7 +9,6 @@ cannot be read gives the fixed caps, and the checks that read it say what is wro
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -145,13 +144,3 @@ def cap(caps: Mapping[str, int], rel: str) -> int:
     return caps.get(rel, SMALL_FILE_BYTES)
 
 
-def caps_from_protocol_bytes(data: bytes | None) -> tuple[dict[str, int], str | None]:
-    """The caps for a bag whose data/protocol.json holds `data`, and why the fixed caps were
-    used instead (None when the protocol gave them). Never raises."""
-    if data is None:
-        return file_caps(None), "data/protocol.json is missing or too large"
-    try:
-        doc = json.loads(data)
-        return file_caps(dimensions(doc)), None
-    except (ProtocolOutOfBounds, ValueError, RecursionError, MemoryError) as exc:
-        return file_caps(None), str(exc)[:200]

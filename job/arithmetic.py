@@ -77,7 +77,7 @@ def onednn_isa() -> str | None:
 
     Cached: oneDNN prints its header once per process and fixes its ISA when it starts, so the
     first answer holds for the whole process."""
-    import torch
+    import torch  # deferred: torch loads only where a model runs
 
     def conv() -> None:
         with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON), torch.inference_mode():  # type: ignore[no-untyped-call]
@@ -93,7 +93,7 @@ def onednn_isa() -> str | None:
 def mkl_code_path() -> dict[str, str] | None:
     """{version, path}: MKL's verbose header on an SGEMM, whose tail names the processors its kernels
     are built for (on CPUs it does not treat as Intel's: "Intel(R) Architecture processors")."""
-    import torch
+    import torch  # deferred: torch loads only where a model runs
 
     if not torch.backends.mkl.is_available():  # type: ignore[no-untyped-call]
         return None
@@ -115,7 +115,7 @@ def _mkl() -> dict[str, str] | None:
 
 def arithmetic_record() -> dict[str, Any]:
     """The arithmetic of this process, for data/environment.json and a reproduction attestation."""
-    import torch
+    import torch  # deferred: torch loads only where a model runs
 
     cpu = cpuinfo()
     return {

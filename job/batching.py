@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+import pyarrow.compute as pc
 from numpy.typing import NDArray
 
+from job.dataset import Strings
 from job.errors import JobError
 
 COUNT_CHUNK = 1024  # rows tokenised at a time while counting tokens: bounds the tokenizer's output held
@@ -170,11 +172,7 @@ class Tokenized:
 def _key_ranks(keys: Sequence[str]) -> NDArray[np.int64]:
     """Each key's place in ascending order (equal keys by position): Arrow's stable sort for a
     Strings column, which orders UTF-8 bytes as Python orders code points, without a str per row."""
-    from job.dataset import Strings
-
     if isinstance(keys, Strings):
-        import pyarrow.compute as pc
-
         order = pc.sort_indices(keys.arrow()).to_numpy().astype(np.int64)
     else:
         order = np.array(sorted(range(len(keys)), key=keys.__getitem__), dtype=np.int64)

@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bundle import layout
 from bundle.errors import BundleError
@@ -15,14 +15,20 @@ from bundle.terminal import nonempty_path, tolerant_stdout
 from job import lockfile
 from job.errors import JobError
 from job.hub import default_cache
+from job.pipeline import smoke
+from job.process import configure_process
 from job.protocol import DEFAULT_PROTOCOL, Protocol, load_protocol
+from job.protocol_init import add_arguments, run_init
 from job.publishing import cli as publishing
+from job.ray_engine import cluster_address
+from job.reproduce import ReproduceOptions, reproduce
 from job.resources import Resources, resolve_hub, resolve_local
 from job.rocrate import DEFAULT_LICENSE, DEFAULT_PUBLISHER, Party, Publication
-
-if TYPE_CHECKING:
-    from job.run import RunOptions
-    from job.sharded import ShardOptions
+from job.run import RunOptions, run_to_bundle
+from job.sharded import ShardOptions
+from job.sweep_reproduce import SweepReproduceOptions, reproduce_sweep
+from job.sweep_run import SweepOptions, run_sweep
+from job.sweep_spec import absolute_lock
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -106,7 +112,6 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--cache", type=Path, default=None,
                     help="resource cache on each node for members without a lock (default: $HF_HOME/calibration-runs)")
     sw.add_argument("--no-progress", action="store_true", help="no progress bar")
-    from job.protocol_init import add_arguments
     add_arguments(sub.add_parser("init", help="write a protocol for a model and dataset split pinned at commits"))
     publishing.add_commands(sub)
     lockfile.add_arguments(sub.add_parser(
@@ -131,10 +136,6 @@ def smoke_verdict(result: dict[str, Any]) -> str:
 
 def _shard(args: argparse.Namespace) -> ShardOptions | None:
     """How to shard the inference: on the cluster at --address or RAY_ADDRESS, else None (this process)."""
-    from job.ray_engine import cluster_address
-    from job.sharded import ShardOptions
-    from job.sweep_spec import absolute_lock
-
     address = cluster_address(args.address)
     if address is None:
         if args.worker_cpus is not None:
@@ -147,7 +148,6 @@ def _shard(args: argparse.Namespace) -> ShardOptions | None:
 
 def _run_options(args: argparse.Namespace) -> RunOptions:
     """The typed options of `run`; the namespace goes no further than this module."""
-    from job.run import RunOptions
     return RunOptions(out=args.out, signing_key=args.signing_key, ephemeral_key=args.ephemeral_key,
                       progress=not args.no_progress, threads=args.threads,
                       publication=Publication(
@@ -159,10 +159,7 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
 
 def _reproduce(args: argparse.Namespace) -> int:
     """`reproduce`: the protocol comes from the bundle, the resources from the lock or the cache."""
-    from job.reproduce import ReproduceOptions, reproduce
-
     if (args.bundle / layout.SWEEP_PLAN).is_file():
-        from job.sweep_reproduce import SweepReproduceOptions, reproduce_sweep
         if args.sample is not None:
             raise JobError("--sample applies to one bundle; a sweep reproduces whole members, drawn with "
                            "--members K --seed S.")
@@ -184,8 +181,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    from job.process import configure_process
-
     configure_process()  # process-wide memory settings, before any table or tensor exists
     args = _parser().parse_args(argv)
     try:
@@ -194,11 +189,9 @@ def _main(argv: list[str] | None) -> int:
         if args.command == "reproduce":
             return _reproduce(args)
         if args.command == "sweep":
-            from job.sweep_run import SweepOptions, run_sweep
             return run_sweep(SweepOptions(sweep=args.sweep, out=args.out, signing_key=args.signing_key,
                                           address=args.address, cache=args.cache, progress=not args.no_progress))
         if args.command == "init":
-            from job.protocol_init import run_init
             return run_init(args)
         if args.command == "lock":
             return lockfile.run_lock(args)
@@ -213,12 +206,10 @@ def _main(argv: list[str] | None) -> int:
             return 0
         if args.command == "smoke":
             res = _resources(args, protocol)
-            from job.pipeline import smoke
             result = smoke(protocol, res)
             print(json.dumps(result, indent=2))
             print(smoke_verdict(result))
             return 0
-        from job.run import run_to_bundle
         options = _run_options(args)  # before the resources are checked: a missing key fails fast
         return run_to_bundle(options, protocol, _resources(args, protocol))
     except (JobError, BundleError) as exc:

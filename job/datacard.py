@@ -28,7 +28,7 @@ class SplitFiles:
 
 def card_header(text: str) -> dict[str, Any]:
     """The YAML header of a dataset card (README.md between the leading `---` lines)."""
-    import yaml  # type: ignore[import-untyped]
+    import yaml  # type: ignore[import-untyped]  # deferred: PyYAML loads only to read a dataset card
 
     if not text.startswith("---"):
         raise JobError("The dataset card (README.md) has no YAML header; name the data files in a local "

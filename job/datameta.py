@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
+
 from job.datacard import card_header, class_names
 from job.errors import JobError
 
@@ -42,8 +44,6 @@ def _class_label(features: Any, column: str) -> tuple[str, ...] | None:
 
 def parquet_class_names(path: Path, column: str) -> tuple[str, ...] | None:
     """The ClassLabel names of `column` in a Parquet file's Hugging Face schema metadata, if any."""
-    import pyarrow.parquet as pq
-
     try:
         meta = pq.read_schema(path).metadata or {}
     except OSError as exc:

@@ -16,6 +16,9 @@ from typing import Any, overload
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.csv as pc
+import pyarrow.json as pj
+import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
 from job.errors import JobError
@@ -138,12 +141,9 @@ def read_table(path: Path, fmt: str) -> pa.Table:
     """One data file as an Arrow table, by the protocol's format."""
     try:
         if fmt == "jsonl":
-            import pyarrow.json as pj
             return pj.read_json(path)
         if fmt == "csv":
-            import pyarrow.csv as pc
             return pc.read_csv(path)
-        import pyarrow.parquet as pq
         return pq.read_table(path)
     except (OSError, pa.ArrowInvalid) as exc:
         raise JobError(f"Cannot read the dataset {path} as {fmt} ({exc}); check the file and the protocol's "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,9 +109,7 @@ class DistilBertClassifier:
         """From config.json and model.safetensors (tensors memory-mapped, not copied). Unsupported,
         with the reason, when they are not a float32 DistilBERT sequence classifier in transformers'
         tensor layout (job.model then runs transformers' own forward and records why)."""
-        import json
-
-        import torch
+        import torch  # deferred: torch loads only where a model runs
         from safetensors import SafetensorError, safe_open
 
         try:
@@ -160,7 +159,7 @@ class DistilBertClassifier:
 
     def __call__(self, ids: NDArray[np.int64], mask: NDArray[np.int64]) -> Any:
         """Logits [B, K] of one right-padded batch: ids, mask [B, longest]."""
-        import torch
+        import torch  # deferred: torch loads only where a model runs
         import torch.nn.functional as F
 
         bsz, width = ids.shape
@@ -256,7 +255,7 @@ class WordRows:
 
     @classmethod
     def for_tensor(cls, weight: Any) -> WordRows | None:
-        import torch
+        import torch  # deferred: torch loads only where a model runs
 
         if weight.dtype != torch.float32 or weight.dim() != 2:
             return None
@@ -264,7 +263,7 @@ class WordRows:
         return None if backing is None else cls(backing[0], backing[1], *weight.shape)
 
     def __call__(self, token_ids: NDArray[np.int64]) -> Any:
-        import torch
+        import torch  # deferred: torch loads only where a model runs
 
         if len(token_ids) and (token_ids.min() < 0 or token_ids.max() >= self.rows):
             raise JobError(f"A token id is outside the model's vocabulary of {self.rows}; the tokenizer "

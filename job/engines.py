@@ -5,21 +5,21 @@ kind; the rest of the run (split, fit, freeze, metrics, sealing) never knows whi
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
 from job.batching import Tokens
+from job.forward_check import check_packed_forward
 from job.inference import run_batches
+from job.model import load_model, model_directory
 from job.resources import Resources
-from job.runtime import Settings
+from job.runtime import Settings, configure_torch
+from job.sharded import ShardOptions, sharded_engine
 
-if TYPE_CHECKING:
-    from job.model import ForwardChoice
-    from job.sharded import ShardOptions
+__all__ = ["Engine", "LocalEngine", "open_engine"]
 
 
 class Engine(Protocol):
@@ -51,16 +51,13 @@ class LocalEngine:
     """The model loaded in this process; every batch runs here, one after another."""
 
     def __init__(self, resources: Resources, s: Settings) -> None:
-        from job.model import load_model, model_directory
-        from job.runtime import configure_torch
-
         self.resources, self.settings = resources, s
         self.torch_info = configure_torch(s)
         with model_directory(resources.model) as model_dir:
             self.model = load_model(model_dir, s)
         self.torch_info["forward"] = self.model.forward.name  # the packed re-implementation or transformers' own
         self.forward_choice = self.model.choice.record()
-        announce(self.model.choice)
+        self.model.choice.announce()
         self.tokenizer, self.pad_id, self.segments = self.model.tokenizer, self.model.pad_id, self.model.segments
 
     def run(self, pool: str, tokens: Tokens, plan: Sequence[Sequence[int]], progress: str | None = None,
@@ -68,18 +65,10 @@ class LocalEngine:
         return run_batches(self.model.forward, self.model.pad_id, tokens, plan, progress)
 
     def forward_check(self, texts: list[str], keys: list[str]) -> dict[str, Any] | None:
-        from job.forward_check import check_packed_forward
-
         return check_packed_forward(self.model, self.resources.model, self.settings, texts, keys)
 
     def cluster(self) -> dict[str, Any] | None:
         return None
-
-
-def announce(choice: ForwardChoice) -> None:
-    """Say on stderr when the run falls back to transformers' forward (nothing for the packed one)."""
-    if (note := choice.note()) is not None:
-        print(note, file=sys.stderr)
 
 
 @contextlib.contextmanager
@@ -90,7 +79,5 @@ def open_engine(shard: ShardOptions | None, protocol_raw: bytes, recorded: dict[
     if shard is None:
         yield LocalEngine(resources, s)
         return
-    from job.sharded import sharded_engine
-
     with sharded_engine(shard, protocol_raw, recorded, resources, s) as engine:
         yield engine

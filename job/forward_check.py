@@ -96,7 +96,7 @@ def sparse_word_table(model_file: Path, name: str, ids: Iterable[int]) -> Any:
     (about 1 MB each on this machine's kernel): most of the 94 MB matrix for the few hundred tokens
     of the check. A token outside `ids` would read a zero row and its logits would differ from the
     packed forward's, so the check fails; it never passes wrongly."""
-    import torch
+    import torch  # deferred: torch loads only where a model runs
 
     with open(model_file, "rb") as f:
         header_len = int.from_bytes(f.read(8), "little")
@@ -120,7 +120,7 @@ def _logits(forward: Forward, ids: NDArray[np.int64], mask: NDArray[np.int64]) -
     (two forwards, two batches) differ in their allocation sizes, so glibc cannot reuse one pass's
     free chunks for the next and, untrimmed, their heaps stacked up (measured: about 45 MB of the
     full-size model's peak)."""
-    import torch
+    import torch  # deferred: torch loads only where a model runs
 
     with torch.inference_mode():
         out = np.asarray(forward(ids, mask).numpy())

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import socket
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,7 +32,7 @@ PROBE_SECONDS = 3.0
 
 def hub_address(endpoint: str | None = None) -> str:
     """The hub's base URL: `endpoint`, else HF_ENDPOINT, else huggingface.co (as huggingface_hub reads it)."""
-    from huggingface_hub import constants
+    from huggingface_hub import constants  # deferred: the hub client loads only when the hub is asked
 
     return (endpoint or os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
 
@@ -47,9 +49,6 @@ def require_reachable(what: str, endpoint: str | None = None) -> None:
     """JobError, within PROBE_SECONDS, when the network is off or the hub's host does not accept a
     TCP connection: huggingface_hub would otherwise retry for about 23 s and then fail anyway.
     Behind a proxy (PROXY_VARIABLES) the host is not probed."""
-    import socket
-    import urllib.parse
-
     address = hub_address(endpoint)
     if offline():
         raise JobError(f"{what} needs the hub, and the network is off (HF_HUB_OFFLINE); run where the hub is "
@@ -77,7 +76,7 @@ def hub_fetch(repo_id: str, repo_type: str, revision: str, filename: str, cache_
     """Return the cached file if present (no network call); otherwise download it, unless offline.
 
     `endpoint` overrides the hub's address (default: HF_ENDPOINT or huggingface.co)."""
-    from huggingface_hub import hf_hub_download
+    from huggingface_hub import hf_hub_download  # deferred: the hub client loads only when the hub is asked
     from huggingface_hub.errors import LocalEntryNotFoundError
 
     where = f"{repo_id}@{revision[:12]}:{filename}"
@@ -108,7 +107,7 @@ def hub_lfs_sha256(repo_id: str, repo_type: str, revision: str, paths: list[str]
     One paths-info request for the repository; a path that is a plain git file (or absent) has no
     entry. `endpoint` overrides the hub's address, as for hub_fetch. Raises JobError when the hub
     cannot be asked."""
-    from huggingface_hub import HfApi
+    from huggingface_hub import HfApi  # deferred: the hub client loads only when the hub is asked
 
     where = f"{repo_id}@{revision[:12]}"
     require_reachable(f"Reading the LFS sha256 of {', '.join(paths)} in {where}", endpoint)

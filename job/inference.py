@@ -7,6 +7,7 @@ from typing import Any, Protocol, cast
 
 import numpy as np
 from numpy.typing import NDArray
+from tqdm import tqdm
 
 from job.batching import Tokens, batch_plan
 from job.predictions import PoolOutput
@@ -63,8 +64,7 @@ def run_batches(forward: Forward, pad_id: int, tokens: Tokens, plan: Sequence[Se
     The one inference loop: a run uses it on its own batch plan, a reproduction on the plan the
     bundle records. Rows that are in no batch keep NaN logits. Only one batch's token ids exist at
     a time when `tokens` tokenises per batch (job.batching.Tokenized)."""
-    import torch
-    from tqdm import tqdm
+    import torch  # deferred: torch loads only where a model runs
 
     n = len(tokens.lengths)
     logits: NDArray[np.float32] | None = None

@@ -9,6 +9,7 @@ the map existed)."""
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -183,8 +184,6 @@ def suggest_map(model_labels: Sequence[str], dataset_labels: Sequence[str]) -> d
     """{model label: dataset label} when every model label has exactly one namesake among the dataset's
     labels (same `name_key`, or else the single close name with the same digits, similarity >= CLOSEST) and no two share
     one; None otherwise. Positions never enter: unnamed labels (LABEL_0, ...) get no suggestion."""
-    import difflib
-
     keys = {d: name_key(d) for d in dataset_labels}
     out: dict[str, str] = {}
     for m in model_labels:

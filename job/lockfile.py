@@ -18,11 +18,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from bundle.digests import sha256_file
 from job.datacard import FORMATS
 from job.datameta import stated_labels
 from job.dataset import read_table
 from job.errors import JobError
+from job.resources import load_lock
 
 REPO_PATH = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_-][A-Za-z0-9._-]*)*$")
 """A file's path inside its repository, as the lock's schema allows it."""
@@ -80,8 +83,6 @@ def data_format(files: Sequence[Path]) -> str:
 
 def dataset_section(args: argparse.Namespace, lock_dir: Path) -> dict[str, Any]:
     """The lock's dataset: files, rows, column types and class names."""
-    import pyarrow as pa
-
     files = sorted({f.resolve() for f in args.data})
     missing = [str(f) for f in files if not f.is_file()]
     if missing:
@@ -114,8 +115,6 @@ def dataset_section(args: argparse.Namespace, lock_dir: Path) -> dict[str, Any]:
 def class_names_of(files: Sequence[Path], fmt: str, args: argparse.Namespace, root: Path,
                    table: Any) -> tuple[str, ...]:
     """The data's stated class names; else --labels; else the sorted string values of the label column."""
-    import pyarrow as pa
-
     stated = stated_labels(files, fmt, args.label, root=root)
     given = tuple(n.strip() for n in args.labels.split(",")) if args.labels else None
     if stated is not None:
@@ -149,8 +148,6 @@ def build_lock(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_lock(args: argparse.Namespace) -> int:
     """Write the lock at args.out (refusing to overwrite); nothing is written on any error."""
-    from job.resources import load_lock
-
     if args.out.exists():
         raise JobError(f"{args.out} exists; pick another --out or remove it.")
     doc = build_lock(args)

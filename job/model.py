@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -58,6 +59,11 @@ class ForwardChoice:
         return (f"note: the model runs on transformers' own forward ({self.reason}); recorded in "
                 "data/environment.json as forward_choice.")
 
+    def announce(self) -> None:
+        """Say on stderr when the run falls back to transformers' forward (nothing for the packed one)."""
+        if (note := self.note()) is not None:
+            print(note, file=sys.stderr)
+
 
 @dataclass(frozen=True)
 class Model:
@@ -94,7 +100,7 @@ class TransformersForward:
 
     def __call__(self, ids: NDArray[np.int64], mask: NDArray[np.int64], types: NDArray[np.int64] | None = None,
                  /) -> Any:
-        import torch
+        import torch  # deferred: torch loads only where a model runs
 
         extra = {} if types is None else {"token_type_ids": torch.from_numpy(types)}
         return self.model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask), **extra).logits
@@ -117,7 +123,7 @@ def load_model(model_dir: Path, s: Settings) -> Model:
     DistilBERT sequence classifier in transformers' tensor layout (no segment embeddings),
     transformers' forward otherwise, fed token type ids when the model has segment embeddings.
     The Model's choice says which, and why."""
-    from safetensors import SafetensorError
+    from safetensors import SafetensorError  # deferred: safetensors loads only with the weights
 
     try:
         tokenizer = load_tokenizer(model_dir)
@@ -140,7 +146,7 @@ def load_model(model_dir: Path, s: Settings) -> Model:
 
 
 def load_tokenizer(model_dir: Path) -> Any:
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # deferred: transformers loads only where a model is loaded
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
@@ -156,6 +162,7 @@ def load_transformers(model_dir: Path, attn_implementation: str, tensors: Mappin
     parameters are those very tensors, not a second mapping of the file that would count its pages
     twice. Every parameter must come from `tensors` (ValueError otherwise: none is left initialised
     at random)."""
+    # deferred: torch and transformers load only where a model is loaded
     import torch
     import transformers
     from transformers.utils import logging as hf_logging

@@ -1,19 +1,21 @@
 """The formal run, stage by stage, as the protocol orders it:
-split -> calibration inference -> fit -> temperature frozen -> audit inference -> metrics -> sealed bundle."""
+split -> load the model -> calibration inference -> fit (temperature frozen) -> audit inference ->
+forward check -> metrics -> studies; then the environment, the views (figures, report) and the crate.
+execute() reads as that list, one small function per stage; the records each stage writes are
+built by job.records. Sealing and signing happen in job.run."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from bundle import layout
 from bundle.predicate import restated_predicate
-from bundle.views.figures import render_figures
 from bundle.views.report import report_markdown as render_report
 from job.arithmetic import arithmetic_record
 from job.artifacts import Artifacts
@@ -24,27 +26,25 @@ from job.dataset import Rows, Strings, load_rows, take
 from job.engines import Engine, LocalEngine, open_engine
 from job.environment import PeakRss, StageClock, environment_record
 from job.errors import JobError
-from job.estimators import estimators_record
 from job.forward_check import check_packed_forward
 from job.inference import pool_output
 from job.labelmap import LabelMap
-from job.metrics import compute_metrics
-from job.perclass import class_warnings, per_class
-from job.plausibility import below_chance, run_warnings, truncation_summary
+from job.plausibility import below_chance
 from job.predictions import PoolOutput, Predictions, predictions_table
 from job.process import configure_sharded_driver, release_free_memory
 from job.protocol import AUDIT, Protocol
 from job.protocol import CALIBRATION as CAL
+from job.publishing.dates import bagging_date
 from job.publishing.ledger import Ledger
+from job.records import metrics_record, pools_record, stage_record, temperature_record, trajectory_record
 from job.resources import Resources
 from job.rocrate import Publication, crate_bytes
 from job.runtime import Settings
+from job.sharded import ShardOptions
 from job.split import Pool, make_pools
 from job.stability import stability_record
-from job.tolerance_bounds import fit_of, reproduction_bounds
 
-if TYPE_CHECKING:
-    from job.sharded import ShardOptions
+__all__ = ["RunResult", "execute", "run_settings", "smoke"]
 
 
 @dataclass(frozen=True)
@@ -58,27 +58,6 @@ class RunResult:
     stability: dict[str, Any] | None  # data/stability.json; None when the protocol has no such study
     predicate: dict[str, Any]  # what the bundle signs (bundle.predicate.restated_predicate)
     ledger: Ledger
-
-
-def pools_record(protocol: Protocol, resources: Resources, rows: Rows, pools: dict[str, Pool]) -> dict[str, Any]:
-    members: dict[str, list[dict[str, Any]]] = {
-        name: [{"idx": int(rows.ids[p]), "split_key": k, "text_sha256": rows.text_sha256[p]}
-               for p, k in zip(pool.positions, pool.keys, strict=True)]
-        for name, pool in pools.items()
-    }
-    seen: set[int] = set()
-    for entries in members.values():
-        ids = {int(e["idx"]) for e in entries}
-        if seen & ids:
-            raise JobError("The pools overlap; the split rule must give disjoint pools.")
-        seen |= ids
-    return {
-        "protocol_sha256": protocol.sha256,
-        "dataset_sha256": resources.dataset.files[0].sha256,
-        "prefix": protocol.prefix,
-        "pools": members,
-        "sizes": {name: len(pool.positions) for name, pool in pools.items()},
-    }
 
 
 def check_finite(out: PoolOutput, pool: str) -> None:
@@ -123,65 +102,6 @@ def _table(rows: Rows, pool: Pool, out: PoolOutput) -> Any:
                              rows.labels[pos], out)
 
 
-def temperature_record(protocol: Protocol, fit: TemperatureFit, n: int, predictions_sha256: str) -> dict[str, Any]:
-    f = protocol.fit
-    return {
-        "protocol_sha256": protocol.sha256, "pool": CAL, "n": n, "predictions_sha256": predictions_sha256,
-        "temperature": fit.temperature, "beta": fit.beta, "t_min": f.t_min,
-        "t_max": f.t_max, "steps": f.steps, "boundary": fit.boundary,
-        "boundary_side": fit.boundary_side, "final_gradient": fit.final_gradient,
-        "bracket": list(fit.bracket), "nll_before": fit.nll_before, "nll_after": fit.nll_after,
-    }
-
-
-def trajectory_record(protocol: Protocol, fit: TemperatureFit) -> dict[str, Any]:
-    return {
-        "protocol_sha256": protocol.sha256,
-        "beta_min": protocol.fit.beta_min, "beta_max": protocol.fit.beta_max,
-        "g_at_beta_min": fit.g_at_beta_min, "g_at_beta_max": fit.g_at_beta_max,
-        "steps": [{"step": s.step, "lo": s.lo, "hi": s.hi, "mid": s.mid, "g": s.g} for s in fit.steps],
-    }
-
-
-def metrics_record(protocol: Protocol, predictions: Mapping[str, Predictions], beta: float,
-                   temperature: dict[str, Any], temperature_sha256: str) -> dict[str, Any]:
-    """Raw and calibrated metrics of both pools, computed from the float32 logits as written; the
-    warnings the audit accuracy and the fitted temperature call for; each pool's truncation.
-    `predictions`: both pools' records by pool name."""
-    pools: dict[str, Any] = {}
-    unchanged = True
-    logits = {name: predictions[name].logits.astype(np.float64) for name in (AUDIT, CAL)}
-    for name, role in ((AUDIT, "evidence"), (CAL, "fit pool, not evidence")):
-        pred = predictions[name]
-        z = logits[name]
-        unchanged &= bool((softmax(beta * z).argmax(axis=1) == z.argmax(axis=1)).all())
-        pools[name] = {
-            "role": role, "predictions_sha256": pred.sha256,
-            "raw": compute_metrics(z, pred.labels, 1.0, protocol.threshold),
-            "calibrated": compute_metrics(z, pred.labels, beta, protocol.threshold),
-        }
-    audit = pools[AUDIT]["raw"]
-    max_length = protocol.inference.max_length
-    classes = {name: per_class(logits[name], predictions[name].labels) for name in (AUDIT, CAL)}
-    tau, source = protocol.logit_tolerance
-    bounds = reproduction_bounds({name: (logits[name], predictions[name].labels) for name in (AUDIT, CAL)},
-                                 pools, beta, tau, source, fit_of(protocol))
-    record = {"protocol_sha256": protocol.sha256, "temperature_sha256": temperature_sha256,
-              "beta": beta, "temperature": 1.0 / beta, "argmax_unchanged": unchanged, "pools": pools,
-              "warnings": (run_warnings(audit["accuracy"], len(protocol.resources.dataset.labels), temperature)
-                           + class_warnings(classes[AUDIT])),
-              "per_class": classes, "reproduction_bounds": bounds,
-              "truncation": {name: truncation_summary(predictions[name].full_token_count,
-                                                      predictions[name].truncated, max_length)
-                             for name in (AUDIT, CAL)}}
-    if protocol.estimators:
-        boot = protocol.bootstrap
-        record["estimators"] = estimators_record(
-            protocol.estimators, AUDIT, logits[AUDIT], predictions[AUDIT].labels,
-            beta, boot.resamples if boot else 0, boot.seed if boot else 0)
-    return record
-
-
 def as_written(doc: Any) -> Any:
     """`doc` with every object's keys in the order its canonical JSON file holds them (sorted), so
     that a view iterating over a record in memory reads it as it would read the file."""
@@ -192,141 +112,242 @@ def as_written(doc: Any) -> Any:
     return doc
 
 
-def stage(protocol: Protocol, name: str, consumed: dict[str, str], produced: dict[str, str]) -> dict[str, Any]:
-    return {"name": name, "protocol_sha256": protocol.sha256, "consumed": consumed, "produced": produced}
+def run_settings(protocol: Protocol, threads: int | None = None, shard: ShardOptions | None = None) -> Settings:
+    """The run's inference settings: the one place its thread count is chosen (raises JobError on a
+    bad --threads). On a cluster the workers run the model, each with --worker-cpus threads: that is
+    the run's thread count (environment.json `threads`, checked against the torch the workers report)."""
+    workers = shard.worker_cpus if shard is not None else None
+    return Settings.from_protocol(protocol.inference, workers if workers is not None else threads)
+
+
+@dataclass
+class _Run:
+    """What every stage of one execute() shares: its inputs, where it writes, its clock, the stage
+    records so far, and the pools' rows, each held only until the last stage that reads it."""
+
+    protocol: Protocol
+    resources: Resources
+    recorded: dict[str, Any]  # data/resources.json, built once
+    settings: Settings
+    progress: bool
+    art: Artifacts
+    clock: StageClock = field(default_factory=StageClock)
+    stages: list[dict[str, Any]] = field(default_factory=list)
+    inputs: dict[str, tuple[Rows, Pool]] = field(default_factory=dict)  # pool -> its rows, renumbered
+
+    def record_stage(self, name: str, consumed: tuple[str, ...], produced: tuple[str, ...]) -> None:
+        self.stages.append(stage_record(self.protocol, name, self.art.pick(*consumed), self.art.pick(*produced)))
+
+
+@dataclass(frozen=True)
+class _Fit:
+    """What the fit stage hands on: the fit and its two records, and the frozen temperature's sha256."""
+
+    fit: TemperatureFit
+    temperature: dict[str, Any]
+    trajectory: dict[str, Any]
+    sha256: str
 
 
 def execute(protocol: Protocol, resources: Resources, data_dir: Path, progress: bool = True, *,
             signer_fingerprint: str | None = None, date_published: str | None = None,
             publication: Publication | None = None, threads: int | None = None,
-            shard: ShardOptions | None = None) -> RunResult:
+            shard: ShardOptions | None = None, settings: Settings | None = None) -> RunResult:
     """Run every stage into data_dir and return the records written. Signing and publishing happen elsewhere.
 
     signer_fingerprint: the key that will sign the bundle (recorded in ro-crate-metadata.json);
     date_published: the crate's datePublished (default job.publishing.dates.bagging_date());
     publication: the crate's licence, publisher and authors (default job.rocrate.Publication());
     threads: torch threads, within the protocol's torch_threads (default: job.runtime.ThreadChoice's);
-    shard: run both pools' batches on a Ray cluster (job.sharded) instead of in this process."""
-    art = Artifacts(data_dir)
-    clock = StageClock()
-    stages: list[dict[str, Any]] = []
-    # On a cluster the workers run the model, each with --worker-cpus threads: that is the run's
-    # thread count (environment.json `threads`, checked against the torch the workers report).
-    s = Settings.from_protocol(protocol.inference, shard.worker_cpus if shard is not None and
-                               shard.worker_cpus is not None else threads)
-    cal_pred, audit_pred = layout.PREDICTIONS[CAL], layout.PREDICTIONS[AUDIT]
+    shard: run both pools' batches on a Ray cluster (job.sharded) instead of in this process;
+    settings: the run's settings when the caller has chosen them already (run_settings), else
+    chosen here from `threads` and `shard`."""
+    run = _Run(protocol, resources, resources.record(), settings or run_settings(protocol, threads, shard),
+               progress, Artifacts(data_dir))
     if shard is not None:
         configure_sharded_driver()  # before the first table is read: the driver's memory stays flat in the split
     with PeakRss() as rss, contextlib.ExitStack() as stack:
-        with clock.stage("split"):
-            art.write_bytes(layout.PROTOCOL_JSON, protocol.raw)
-            art.write_json(layout.RESOURCES_JSON, resources.record())
-            rows = load_dataset_rows(protocol, resources)
-            pools = make_pools(protocol.split.prefix, rows.ids, protocol.split.pools)
-            art.write_json(layout.POOLS_JSON, pools_record(protocol, resources, rows, pools))
-            # What the report shows of pools.json: its per-row members are not kept past the split.
-            pool_sizes = {"sizes": {name: len(pool.positions) for name, pool in pools.items()}}
-            stages.append(stage(protocol, "split", art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON),
-                                art.pick(layout.POOLS_JSON)))
-            # Past the split only the inferred pools' rows are read, each until its stage is done.
-            cal_rows, cal_pool = pool_rows(rows, pools[CAL])
-            audit_rows, audit_pool = pool_rows(rows, pools[AUDIT])
-            del rows, pools
-            release_free_memory()  # the data files' tables, the pools record and the unused rows, before the weights
-        with clock.stage("load-model"):
-            check_model_fits(protocol, resources)
-            engine = stack.enter_context(open_engine(shard, protocol.raw, resources.record(), resources, s))
-            torch_info = engine.torch_info
-            arithmetic = arithmetic_record()  # after the engine set up torch (this process; workers: cluster)
-        with clock.stage("calibration-inference"):
-            cal_out = _infer(engine, cal_rows, cal_pool, s, progress, protocol.label_map)
-            cal_table = _table(cal_rows, cal_pool, cal_out)
-            cal = Predictions.of_table(CAL, cal_table, art.write_table(cal_pred, cal_table))
-            del cal_out, cal_table
-            stages.append(stage(protocol, "calibration-inference",
-                                art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON, layout.POOLS_JSON),
-                                art.pick(cal_pred)))
-        with clock.stage("fit"):
-            f = protocol.fit
-            fit = fit_temperature(cal.logits.astype(np.float64), cal.labels, f.t_min, f.t_max, f.steps)
-            temperature = temperature_record(protocol, fit, len(cal.labels), cal.sha256)
-            trajectory = trajectory_record(protocol, fit)
-            temperature_sha256 = art.write_json(layout.TEMPERATURE_JSON, temperature)
-            art.write_json(layout.TRAJECTORY_JSON, trajectory)
-            art.freeze(layout.TEMPERATURE_JSON)
-            stages.append(stage(protocol, "fit", art.pick(cal_pred),
-                                art.pick(layout.TEMPERATURE_JSON, layout.TRAJECTORY_JSON)))
-        with clock.stage("audit-inference"):
-            if not art.unchanged(layout.TEMPERATURE_JSON):
-                raise JobError("temperature.json changed before the audit; the run is void, start it again.")
-            audit_out = _infer(engine, audit_rows, audit_pool, s, progress, protocol.label_map, temperature_sha256)
-            audit_table = _table(audit_rows, audit_pool, audit_out)
-            audit = Predictions.of_table(AUDIT, audit_table, art.write_table(audit_pred, audit_table))
-            # The largest pool's texts and hashes, before the studies:
-            del audit_rows, audit_pool, audit_out, audit_table
+        pool_sizes = _split(run)
+        engine, arithmetic = _load_model(run, stack, shard)
+        cal = _calibration_inference(run, engine)
+        fitted = _fit(run, cal)
+        audit = _audit_inference(run, engine, fitted.sha256)
+        forward_check, cluster = _forward_check(run, engine, stack)
+        metrics, metrics_sha256 = _metrics(run, cal, audit, fitted)
+        bootstrap, stability = _studies(run, cal, audit, fitted, metrics_sha256)
+        run.art.write_json(layout.STAGES_JSON, {"protocol_sha256": protocol.sha256, "stages": run.stages})
+    environment = _environment(run, engine, rss.mb, forward_check, arithmetic, cluster)
+    figures = _figures(run, metrics, audit)
+    del cal, audit
+    docs = {layout.PROTOCOL_JSON: protocol.doc, layout.RESOURCES_JSON: run.recorded,
+            layout.POOLS_JSON: pool_sizes, layout.TEMPERATURE_JSON: fitted.temperature,
+            layout.TRAJECTORY_JSON: fitted.trajectory, layout.METRICS_JSON: metrics,
+            layout.ENVIRONMENT_JSON: environment, layout.BOOTSTRAP_JSON: bootstrap, layout.STABILITY_JSON: stability}
+    _report(run, docs, figures)
+    publication = publication or Publication()
+    _crate(run, environment, signer_fingerprint, date_published or bagging_date(), publication)
+    predicate = restated_predicate(protocol_sha256=protocol.sha256, resources=run.recorded,
+                                   temperature=fitted.temperature, temperature_sha256=fitted.sha256,
+                                   metrics=metrics, publication=publication.record())
+    release_free_memory()  # the views' transient buffers, before sealing
+    return RunResult(temperature=fitted.temperature, metrics=metrics, bootstrap=bootstrap, stability=stability,
+                     predicate=predicate, ledger=run.art.ledger)
+
+
+def _split(run: _Run) -> dict[str, Any]:
+    """split: the protocol and resources written, the pools drawn and written; past it only the
+    inferred pools' rows are held, each until its last stage. Returns what the report shows of
+    pools.json (its sizes: the per-row members are not kept past the split)."""
+    protocol, art = run.protocol, run.art
+    with run.clock.stage("split"):
+        art.write_bytes(layout.PROTOCOL_JSON, protocol.raw)
+        art.write_json(layout.RESOURCES_JSON, run.recorded)
+        rows = load_dataset_rows(protocol, run.resources)
+        pools = make_pools(protocol.split.prefix, rows.ids, protocol.split.pools)
+        art.write_json(layout.POOLS_JSON, pools_record(protocol, run.resources, rows, pools))
+        run.record_stage("split", (layout.PROTOCOL_JSON, layout.RESOURCES_JSON), (layout.POOLS_JSON,))
+        run.inputs = {name: pool_rows(rows, pools[name]) for name in (CAL, AUDIT)}
+        sizes = {"sizes": {name: len(pool.positions) for name, pool in pools.items()}}
+        del rows, pools
+        release_free_memory()  # the data files' tables, the pools record and the unused rows, before the weights
+    return sizes
+
+
+def _load_model(run: _Run, stack: contextlib.ExitStack, shard: ShardOptions | None) -> tuple[Engine, dict[str, Any]]:
+    """load-model: the model checked against the label map, then loaded here or on the cluster's
+    workers for the rest of `stack`; and the arithmetic this process measured once torch is set up."""
+    with run.clock.stage("load-model"):
+        check_model_fits(run.protocol, run.resources)
+        engine = stack.enter_context(open_engine(shard, run.protocol.raw, run.recorded, run.resources,
+                                                 run.settings))
+        return engine, arithmetic_record()  # after the engine set up torch (this process; workers: cluster)
+
+
+def _calibration_inference(run: _Run, engine: Engine) -> Predictions:
+    """calibration-inference: the calibration pool's predictions written (its rows stay for the forward check)."""
+    with run.clock.stage("calibration-inference"):
+        rows, pool = run.inputs[CAL]
+        cal = _predict(run, engine, rows, pool, None)
+        run.record_stage("calibration-inference", (layout.PROTOCOL_JSON, layout.RESOURCES_JSON, layout.POOLS_JSON),
+                         (layout.PREDICTIONS[CAL],))
+    return cal
+
+
+def _fit(run: _Run, cal: Predictions) -> _Fit:
+    """fit: the temperature fitted on the calibration logits as written, its records written and frozen."""
+    art, f = run.art, run.protocol.fit
+    with run.clock.stage("fit"):
+        fit = fit_temperature(cal.logits.astype(np.float64), cal.labels, f.t_min, f.t_max, f.steps)
+        temperature = temperature_record(run.protocol, fit, len(cal.labels), cal.sha256)
+        trajectory = trajectory_record(run.protocol, fit)
+        sha256 = art.write_json(layout.TEMPERATURE_JSON, temperature)
+        art.write_json(layout.TRAJECTORY_JSON, trajectory)
+        art.freeze(layout.TEMPERATURE_JSON)
+        run.record_stage("fit", (layout.PREDICTIONS[CAL],), (layout.TEMPERATURE_JSON, layout.TRAJECTORY_JSON))
+    return _Fit(fit, temperature, trajectory, sha256)
+
+
+def _audit_inference(run: _Run, engine: Engine, temperature_sha256: str) -> Predictions:
+    """audit-inference: only under the frozen temperature, the audit pool's predictions written;
+    its rows (the largest pool's texts and hashes) go before the studies."""
+    with run.clock.stage("audit-inference"):
+        if not run.art.unchanged(layout.TEMPERATURE_JSON):
+            raise JobError("temperature.json changed before the audit; the run is void, start it again.")
+        rows, pool = run.inputs.pop(AUDIT)
+        audit = _predict(run, engine, rows, pool, temperature_sha256)
+        del rows, pool
+        release_free_memory()
+        run.record_stage("audit-inference", (layout.PROTOCOL_JSON, layout.RESOURCES_JSON, layout.POOLS_JSON,
+                                             layout.TEMPERATURE_JSON), (layout.PREDICTIONS[AUDIT],))
+    return audit
+
+
+def _predict(run: _Run, engine: Engine, rows: Rows, pool: Pool, temperature_sha256: str | None) -> Predictions:
+    """One pool inferred and its predictions table written; only its record is kept."""
+    out = _infer(engine, rows, pool, run.settings, run.progress, run.protocol.label_map, temperature_sha256)
+    table = _table(rows, pool, out)
+    return Predictions.of_table(pool.name, table, run.art.write_table(layout.PREDICTIONS[pool.name], table))
+
+
+def _forward_check(run: _Run, engine: Engine, stack: contextlib.ExitStack
+                   ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """forward-check, after both pools, not before: transformers' modeling stack (~80 MB resident)
+    then never sits under a pool's activations, and a mismatch still stops the run before anything
+    is sealed. Returns the check's record and the cluster's (None in this process); a cluster's
+    workers end here, since nothing past this point needs them."""
+    with run.clock.stage("forward-check"):
+        rows, pool = run.inputs.pop(CAL)
+        forward_check = engine.forward_check(list(rows.texts), list(pool.keys))
+        del rows, pool
+        cluster = engine.cluster()
+        stack.close()
+    return forward_check, cluster
+
+
+def _metrics(run: _Run, cal: Predictions, audit: Predictions, fitted: _Fit) -> tuple[dict[str, Any], str]:
+    """metrics: both pools' metrics from the predictions as written, under the frozen temperature."""
+    with run.clock.stage("metrics"):
+        metrics = metrics_record(run.protocol, {CAL: cal, AUDIT: audit}, fitted.fit.beta, fitted.temperature,
+                                 fitted.sha256)
+        sha256 = run.art.write_json(layout.METRICS_JSON, metrics)
+        run.record_stage("metrics", (layout.TEMPERATURE_JSON, layout.PREDICTIONS[CAL], layout.PREDICTIONS[AUDIT]),
+                         (layout.METRICS_JSON,))
+    return metrics, sha256
+
+
+def _studies(run: _Run, cal: Predictions, audit: Predictions, fitted: _Fit, metrics_sha256: str
+             ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The pre-registered studies on the frozen artifacts (bootstrap, stability), each when the
+    protocol asks for it: descriptive, never fed back into the fit."""
+    protocol, bootstrap, stability = run.protocol, None, None
+    if protocol.bootstrap is not None:
+        with run.clock.stage("bootstrap"):
+            bootstrap = bootstrap_record(protocol.bootstrap, protocol.sha256, audit, fitted.fit.beta, fitted.sha256,
+                                         metrics_sha256)
+            run.art.write_json(layout.BOOTSTRAP_JSON, bootstrap)
             release_free_memory()
-            stages.append(stage(protocol, "audit-inference",
-                                art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON, layout.POOLS_JSON,
-                                         layout.TEMPERATURE_JSON),
-                                art.pick(audit_pred)))
-        # After both pools, not before: transformers' modeling stack (~80 MB resident) then never sits
-        # under a pool's activations. A mismatch still stops the run before anything is sealed.
-        with clock.stage("forward-check"):
-            forward_check = engine.forward_check(list(cal_rows.texts), list(cal_pool.keys))
-            del cal_rows, cal_pool
-            cluster = engine.cluster()
-            stack.close()  # a cluster's workers are not needed past this point
-        with clock.stage("metrics"):
-            metrics = metrics_record(protocol, {CAL: cal, AUDIT: audit}, fit.beta, temperature, temperature_sha256)
-            metrics_sha256 = art.write_json(layout.METRICS_JSON, metrics)
-            stages.append(stage(protocol, "metrics", art.pick(layout.TEMPERATURE_JSON, cal_pred, audit_pred),
-                                art.pick(layout.METRICS_JSON)))
-        # Pre-registered studies on the frozen artifacts: descriptive, never fed back into the fit.
-        bootstrap = stability = None
-        if protocol.bootstrap is not None:
-            with clock.stage("bootstrap"):
-                bootstrap = bootstrap_record(protocol.bootstrap, protocol.sha256, audit, fit.beta,
-                                             temperature_sha256, metrics_sha256)
-                art.write_json(layout.BOOTSTRAP_JSON, bootstrap)
-                release_free_memory()
-        if protocol.stability is not None:
-            with clock.stage("stability"):
-                stability = stability_record(protocol.stability, protocol.fit, protocol.sha256, cal, audit,
-                                             temperature_sha256)
-                art.write_json(layout.STABILITY_JSON, stability)
-        art.write_json(layout.STAGES_JSON, {"protocol_sha256": protocol.sha256, "stages": stages})
-    thread_record = None if s.thread_choice is None else s.thread_choice.record()
-    environment = environment_record(torch_info, clock, rss.mb, forward_check, thread_record, arithmetic,
-                                     engine.forward_choice)
+    if protocol.stability is not None:
+        with run.clock.stage("stability"):
+            stability = stability_record(protocol.stability, protocol.fit, protocol.sha256, cal, audit, fitted.sha256)
+            run.art.write_json(layout.STABILITY_JSON, stability)
+    return bootstrap, stability
+
+
+def _environment(run: _Run, engine: Engine, peak_mb: float, forward_check: dict[str, Any] | None,
+                 arithmetic: dict[str, Any], cluster: dict[str, Any] | None) -> dict[str, Any]:
+    """environment.json: where and how the run ran, its stages' times and its peak memory."""
+    choice = run.settings.thread_choice
+    environment = environment_record(engine.torch_info, run.clock, peak_mb, forward_check,
+                                     None if choice is None else choice.record(), arithmetic, engine.forward_choice)
     if cluster is not None:
         environment["cluster"] = cluster
-    art.write_json(layout.ENVIRONMENT_JSON, environment)
-    # Views of the records above, as written: figures, the report, then the crate (last: it describes all).
+    run.art.write_json(layout.ENVIRONMENT_JSON, environment)
+    return environment
+
+
+def _figures(run: _Run, metrics: dict[str, Any], audit: Predictions) -> list[str]:
+    """The figures, a view of the metrics and the audit logits as written; their names in data/."""
+    from bundle.views.figures import render_figures  # deferred: matplotlib (about 1 s) only for a run's drawing
+
     figures = render_figures(metrics, audit.logits.astype(np.float64), audit.labels)
     for rel, png in figures.items():
-        art.write_bytes(f"{layout.DATA_DIR}/{rel}", png)
-    del cal, audit
-    resources_doc = resources.record()
-    docs = {layout.PROTOCOL_JSON: protocol.doc, layout.RESOURCES_JSON: resources_doc,
-            layout.POOLS_JSON: pool_sizes, layout.TEMPERATURE_JSON: temperature, layout.TRAJECTORY_JSON: trajectory,
-            layout.METRICS_JSON: metrics, layout.ENVIRONMENT_JSON: environment, layout.BOOTSTRAP_JSON: bootstrap,
-            layout.STABILITY_JSON: stability}
-    report = render_report({path: as_written(doc) for path, doc in docs.items()}, protocol.sha256, sorted(figures))
-    art.write_bytes(layout.REPORT_MD, report.encode("utf-8"))
-    if date_published is None:
-        from job.publishing.dates import bagging_date
-        date_published = bagging_date()
-    publication = publication or Publication()
-    written = {layout.data_name(path): facts for path, facts in art.ledger.items()}
-    art.write_bytes(layout.RO_CRATE_JSON, crate_bytes(written, protocol=protocol.doc, resources=resources_doc,
-                                                      environment=environment, signer_fingerprint=signer_fingerprint,
-                                                      date_published=date_published, publication=publication))
-    predicate = restated_predicate(protocol_sha256=protocol.sha256, resources=resources_doc,
-                                   temperature=temperature, temperature_sha256=temperature_sha256, metrics=metrics,
-                                   publication=publication.record())
-    release_free_memory()  # the views' transient buffers, before sealing
-    return RunResult(temperature=temperature, metrics=metrics, bootstrap=bootstrap, stability=stability,
-                     predicate=predicate, ledger=art.ledger)
+        run.art.write_bytes(f"{layout.DATA_DIR}/{rel}", png)
+    return sorted(figures)
+
+
+def _report(run: _Run, docs: dict[str, Any], figures: list[str]) -> None:
+    """report.md, a view of the records as written (`docs`: bag path -> record)."""
+    report = render_report({path: as_written(doc) for path, doc in docs.items()}, run.protocol.sha256, figures)
+    run.art.write_bytes(layout.REPORT_MD, report.encode("utf-8"))
+
+
+def _crate(run: _Run, environment: dict[str, Any], signer_fingerprint: str | None, date_published: str,
+           publication: Publication) -> None:
+    """ro-crate-metadata.json, last: it describes every file written before it."""
+    written = {layout.data_name(path): facts for path, facts in run.art.ledger.items()}
+    run.art.write_bytes(layout.RO_CRATE_JSON, crate_bytes(
+        written, protocol=run.protocol.doc, resources=run.recorded, environment=environment,
+        signer_fingerprint=signer_fingerprint, date_published=date_published, publication=publication))
 
 
 def smoke(protocol: Protocol, resources: Resources) -> dict[str, Any]:

@@ -20,6 +20,8 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+
 # glibc mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 MMAP_THRESHOLD = 32 << 20  # the largest value glibc documents for 64-bit systems
@@ -62,8 +64,6 @@ def _use_system_arrow_pool() -> str:
 
     mimalloc keeps the segments of freed tables resident (about 20 MB after reading a 50,000-row
     split), where memory from malloc goes back to the kernel with release_free_memory."""
-    import pyarrow as pa
-
     pa.set_memory_pool(pa.system_memory_pool())
     return str(pa.default_memory_pool().backend_name)
 
@@ -107,8 +107,6 @@ def release_free_memory() -> None:
     step's allocations would stack on top of. Called where a forward pass ends (a pool's batches,
     each forward of the per-run check) and after the split, whose tables are the other large
     transient."""
-    import pyarrow as pa
-
     pa.default_memory_pool().release_unused()
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).malloc_trim(0)

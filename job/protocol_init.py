@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from bundle.digests import sha256_file
 from bundle.layout import DEFAULT_LOGIT_TOLERANCE
 from bundle.limits import DOCUMENT_BYTES
@@ -88,7 +90,7 @@ class Hub:
         self.endpoint = endpoint
 
     def _info(self, repo_id: str, repo_type: str, revision: str, files: bool) -> Any:
-        from huggingface_hub import HfApi
+        from huggingface_hub import HfApi  # deferred: the hub client loads only when the hub is asked
 
         require_reachable(f"Reading the {repo_type} {repo_id}@{revision}", self.endpoint)
         try:
@@ -277,8 +279,6 @@ def check_stated_labels(data: Pinned, fmt: str, column: str, labels: tuple[str, 
 def dataset_section(args: argparse.Namespace, data: Pinned, fmt: str,
                     card_labels: tuple[str, ...] | None) -> dict[str, Any]:
     """The protocol's dataset: files, rows, every column's type, label names, and how to read them."""
-    import pyarrow as pa
-
     tables = [read_table(p, fmt) for p in data.local.values() if p is not None]
     table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
     columns = {f.name: str(f.type) for f in sorted(table.schema, key=lambda f: f.name)}

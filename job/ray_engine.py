@@ -116,6 +116,7 @@ def _embedded() -> Iterator[Path]:
     with a fresh token held only in the environment of this process and its children (Ray would
     otherwise write one to ~/.ray/auth_token and print a notice about it). The token keeps another
     local user from submitting work to the loopback ports."""
+    # deferred: Ray, optional, loads only for a run on a cluster
     from ray._raylet import Config  # type: ignore[attr-defined]
 
     folder = Path(tempfile.mkdtemp(prefix="calib-ray-"))
@@ -138,7 +139,7 @@ def _no_address_probe(loopback: bool) -> Iterator[None]:
     if not loopback:
         yield
         return
-    from ray._private import ray_constants
+    from ray._private import ray_constants  # deferred: Ray, optional, loads only for a run on a cluster
 
     before = ray_constants.ENABLE_RAY_CLUSTER
     ray_constants.ENABLE_RAY_CLUSTER = False
@@ -154,7 +155,7 @@ def ray_session(address: str | None, num_cpus: int | None = None) -> Iterator[st
     with `num_cpus` CPUs, default all of this machine's) for the duration of the block; yield
     what was joined, in words. Ray is shut down on the way out, on success or failure alike, and
     the embedded default's session folder is removed."""
-    import ray
+    import ray  # deferred: Ray, optional, loads only for a run on a cluster
 
     chosen = cluster_address(address)
     if ray.is_initialized():
@@ -180,14 +181,14 @@ def ray_session(address: str | None, num_cpus: int | None = None) -> Iterator[st
 
 def remote(function: Callable[..., Any], options: TaskOptions) -> Any:
     """`function` as a Ray remote function with `options`; call `.remote(...)` on the result."""
-    import ray
+    import ray  # deferred: Ray, optional, loads only for a run on a cluster
 
     return ray.remote(**options.ray_options())(function)
 
 
 def cluster_cpus() -> int:
     """The CPUs the joined cluster has now (0 when it has none left)."""
-    import ray
+    import ray  # deferred: Ray, optional, loads only for a run on a cluster
 
     resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
     return int(resources.get("CPU", 0))
@@ -198,7 +199,7 @@ def completed(refs: dict[Any, T], min_cpus: int, wait_s: float = WAIT_S) -> Iter
     result is the task's return value, or the ray.exceptions.RayError that ended it (a raised
     exception, or a worker or node that died more often than its retries). While nothing finishes,
     raise JobError once the cluster has fewer than `min_cpus` CPUs, since no task could run."""
-    import ray
+    import ray  # deferred: Ray, optional, loads only for a run on a cluster
 
     pending = dict(refs)
     while pending:
@@ -219,7 +220,7 @@ def completed(refs: dict[Any, T], min_cpus: int, wait_s: float = WAIT_S) -> Iter
 def task_failure(max_retries: int, exc: BaseException) -> str:
     """One sentence for a task Ray gave up on: one that raised (a fault in the job, since errors on a
     task's input are returned, not raised), or one whose worker or node kept dying."""
-    import ray.exceptions as rex
+    import ray.exceptions as rex  # deferred: Ray, optional, loads only for a run on a cluster
 
     if isinstance(exc, rex.RayTaskError):
         cause = exc.cause if exc.cause is not None else exc

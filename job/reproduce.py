@@ -16,7 +16,7 @@ import platform
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -29,25 +29,28 @@ from job.arithmetic import arithmetic_record, same_arithmetic, short
 from job.batch_kinds import Side, groups, reproducer_workers
 from job.batching import Tokenized
 from job.dataset import Rows, load_rows
+from job.engines import Engine, open_engine
 from job.environment import cpu_model, git_commit, package_version
 from job.errors import JobError
+from job.labelmap import LabelMap
 from job.logit_compare import RowComparison, compare_rows, grade, predictions_changed
 from job.protocol import Protocol
-from job.publishing.attestation import attestation_bytes, build_reproduction_statement, write_attestation
+from job.publishing.attestation import (
+    attestation_bytes,
+    build_reproduction_statement,
+    refuse_existing_attestation,
+    write_attestation,
+)
 from job.publishing.signing_keys import load_private_key
 from job.reproduced_figures import TABLE_INPUTS, recomputed_changes
-from job.resources import Resources
+from job.resources import Resources, check_resources
 from job.row_inputs import INPUT_FIELDS, InputDifference, differing_fields, input_differences
+from job.runtime import Settings
+from job.sharded import ShardOptions
 from job.split import make_pools
 from job.spot_sample import draw_batches
 from job.tolerance_bounds import fit_of, reproduction_bounds
 from job.verified_bundle import RecordedPool, VerifiedBundle, load_verified
-
-if TYPE_CHECKING:
-    from job.engines import Engine
-    from job.labelmap import LabelMap
-    from job.runtime import Settings
-    from job.sharded import ShardOptions
 
 POOLS = layout.REPRODUCTION_POOLS
 SHOWN_DIFFERENCES = 10
@@ -122,26 +125,6 @@ class Finding:
 def bundle_protocol(bundle: VerifiedBundle) -> Protocol:
     """The protocol the bundle ran under (data/protocol.json, verified), not the repository's."""
     return Protocol.from_bytes(bundle.protocol_raw, bundle.json(layout.PROTOCOL_JSON))
-
-
-def check_resources(recorded: dict[str, Any], resources: Resources) -> None:
-    """Every file the bundle used, with the sha256 its resources.json records, and no other file.
-
-    Raises JobError naming the file and both hashes; called before any inference."""
-    for role, repo in (("model", resources.model), ("dataset", resources.dataset)):
-        want = {f["path"]: f["sha256"] for f in recorded[role]["files"]}
-        have = {f.path: f.sha256 for f in repo.files}
-        for path, sha in want.items():
-            if path not in have:
-                raise JobError(f"The bundle's {role} file {path} is not among the resources given; add it "
-                               "to the lock (--resources) or the cache.")
-            if have[path] != sha:
-                raise JobError(f"The {role} file {path} has sha256 {have[path]}, but the bundle records "
-                               f"{sha}; reproduce with the very files the bundle used (nothing was run).")
-        extra = sorted(set(have) - set(want))
-        if extra:
-            raise JobError(f"The {role} files {extra} were not used by the bundle; give exactly the files "
-                           "its resources.json lists.")
 
 
 def _sampled_batches(bundle: VerifiedBundle, n: int, seed: int) -> dict[str, list[int]]:
@@ -222,9 +205,6 @@ def rerun(bundle: VerifiedBundle, protocol: Protocol, resources: Resources, samp
 
     idx, text hash and label are compared on every row of both pools (they need no inference);
     token counts and truncation on the rows tokenised for the batches run; logits on those rows."""
-    from job.engines import open_engine
-    from job.runtime import Settings
-
     s = Settings.from_protocol(protocol.inference, signer_threads(bundle.json(layout.ENVIRONMENT_JSON),
                                                                   protocol.inference.torch_threads))
     rows = load_rows([f.local for f in resources.dataset.files], resources.dataset_spec, protocol.dataset)
@@ -295,7 +275,7 @@ def first_differences(finding: Finding, recorded_idx: dict[str, list[int]]) -> l
 
 def environment() -> dict[str, Any]:
     """Where the re-run happened: versions, CPU, threads, image, commit and the arithmetic used."""
-    import torch
+    import torch  # deferred: the reproducer's torch is loaded by the re-run; this only reads its thread count
 
     return {"python": platform.python_version(), "torch": package_version("torch"),
             "transformers": package_version("transformers"), "numpy": package_version("numpy"),
@@ -308,8 +288,8 @@ def figures_of(bundle: VerifiedBundle, protocol: Protocol, logits: dict[str, NDA
                labels: dict[str, NDArray[np.int64]]) -> dict[str, Any]:
     """Every published figure of `bundle` recomputed from these logits and labels (pool -> pool order),
     and those that differ at their published precision (job.reproduced_figures)."""
-    files = {path: bundle.tree.files[path] for path in TABLE_INPUTS}
-    published = {path: (bundle.json(path) if path in bundle.tree.files else None)
+    files = {path: bundle.files[path] for path in TABLE_INPUTS}
+    published = {path: (bundle.json(path) if path in bundle.files else None)
                  for path in (layout.TEMPERATURE_JSON, layout.METRICS_JSON, layout.POOLS_JSON,
                               layout.BOOTSTRAP_JSON, layout.STABILITY_JSON)}
     return recomputed_changes(protocol, {n: bundle.pool(n) for n in POOLS}, logits, labels, files, published)
@@ -387,9 +367,7 @@ def reproduce(options: ReproduceOptions, resolve: Callable[[Protocol], Resources
     `resolve` gives the resources for the bundle's protocol (a lock or the cache); `key` is the
     reproducer's key when the caller has loaded it already (default: read options.signing_key).
     Raises JobError (or BundleError) on bad input; then no attestation exists at options.out."""
-    if os.path.lexists(options.out):
-        raise JobError(f"{options.out} already exists and attestations are never overwritten; choose "
-                       "another --out.")
+    refuse_existing_attestation(options.out)  # before anything is verified or run
     if not options.out.parent.is_dir():
         raise JobError(f"The folder {options.out.parent} for --out does not exist; create it first.")
     key = key if key is not None else load_private_key(options.signing_key)

@@ -21,9 +21,12 @@ from bundle import layout
 from bundle.canonical import dumps
 from bundle.schemas import validate
 from bundle.views.report import expected_tables
+from job.bootstrap import bootstrap_record
 from job.calibration import fit_temperature
 from job.predictions import PoolOutput, Predictions, predictions_bytes, predictions_table
 from job.protocol import AUDIT, CALIBRATION, Protocol
+from job.records import metrics_record, temperature_record
+from job.stability import stability_record
 from job.verified_bundle import RecordedPool
 
 MAX_LISTED = 50
@@ -50,10 +53,6 @@ def _stage_docs(protocol: Protocol, recorded: Mapping[str, RecordedPool], logits
                 labels: Mapping[str, NDArray[np.int64]], files: Mapping[str, bytes]) -> dict[str, Any]:
     """The records the job's stages write from these logits and labels, computed in memory as the
     run computes them (each record names the sha256 of the bytes its inputs would be written as)."""
-    from job.bootstrap import bootstrap_record
-    from job.pipeline import metrics_record, temperature_record
-    from job.stability import stability_record
-
     predictions: dict[str, Predictions] = {}
     for name, pool in recorded.items():
         full = pool.token_count if pool.full_token_count is None else pool.full_token_count

@@ -78,6 +78,27 @@ class Resources:
                 "model": self.model.record(), "dataset": self.dataset.record()}
 
 
+def check_resources(recorded: dict[str, Any], resources: Resources) -> None:
+    """Every file a recorded run used (`recorded`: its resources.json), with the sha256 it records, and
+    no other file: what a reproduction and every worker of a sharded run check before any inference.
+
+    Raises JobError naming the file and both hashes."""
+    for role, repo in (("model", resources.model), ("dataset", resources.dataset)):
+        want = {f["path"]: f["sha256"] for f in recorded[role]["files"]}
+        have = {f.path: f.sha256 for f in repo.files}
+        for path, sha in want.items():
+            if path not in have:
+                raise JobError(f"The bundle's {role} file {path} is not among the resources given; add it "
+                               "to the lock (--resources) or the cache.")
+            if have[path] != sha:
+                raise JobError(f"The {role} file {path} has sha256 {have[path]}, but the bundle records "
+                               f"{sha}; reproduce with the very files the bundle used (nothing was run).")
+        extra = sorted(set(have) - set(want))
+        if extra:
+            raise JobError(f"The {role} files {extra} were not used by the bundle; give exactly the files "
+                           "its resources.json lists.")
+
+
 def check_file(label: str, local: Path, size: int | None, sha256: str | None,
                pin_source: str = "the pinned file") -> tuple[int, str]:
     """Size and sha256 of `local`, raising a JobError naming expected vs found on any mismatch.

@@ -6,24 +6,22 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bundle import layout
 from bundle.keys import fingerprint
 from job.errors import JobError
-from job.pipeline import RunResult, execute
+from job.pipeline import RunResult, execute, run_settings
 from job.protocol import Protocol
 from job.publishing.dates import bagging_date
-from job.publishing.publish import assembling
+from job.publishing.publish import assembling, refuse_existing
 from job.publishing.seal import seal
 from job.publishing.signing_keys import PRIVATE_KEY_NAME, PUBLIC_KEY_NAME, generate, load_private_key
 from job.resources import Resources
 from job.rocrate import Publication
-from job.runtime import ThreadChoice
+from job.runtime import Settings
+from job.sharded import ShardOptions
 from job.summary import summary
-
-if TYPE_CHECKING:
-    from job.sharded import ShardOptions
 
 
 @dataclass(frozen=True)
@@ -65,16 +63,15 @@ def _signing_key(options: RunOptions) -> Any:
 
 def run_to_bundle(options: RunOptions, protocol: Protocol, resources: Resources) -> int:
     """Run, then seal the bundle at options.out; nothing appears there unless it is complete and signed."""
-    if options.out.exists():
-        raise JobError(f"Output directory {options.out} already exists; choose a new --out or remove it.")
-    ThreadChoice.choose(protocol.inference.torch_threads, options.threads)  # a bad --threads: nothing written
+    refuse_existing(options.out)  # before anything is run or a key is made
+    settings = run_settings(protocol, options.threads, options.shard)  # a bad --threads: nothing written
     if resources.profile != "formal":
         print("note: resources differ from the protocol's pins; the bundle is labelled profile "
               "'other':" + "".join(f"\n  - {d}" for d in resources.deviations), file=sys.stderr)
     key = _signing_key(options)
     try:
         result = run_and_seal(options.out, protocol, resources, key, progress=options.progress,
-                              publication=options.publication, threads=options.threads, shard=options.shard)
+                              publication=options.publication, settings=settings, shard=options.shard)
     except BaseException:
         if options.ephemeral_key:  # a throwaway key for a bundle that does not exist is useless
             shutil.rmtree(ephemeral_key_dir(options.out), ignore_errors=True)
@@ -89,16 +86,17 @@ def run_to_bundle(options: RunOptions, protocol: Protocol, resources: Resources)
 
 
 def run_and_seal(out: Path, protocol: Protocol, resources: Resources, key: Any, *, progress: bool,
-                 publication: Publication, threads: int | None = None,
+                 publication: Publication, settings: Settings | None = None,
                  shard: ShardOptions | None = None) -> RunResult:
     """Execute the protocol and seal its bundle at `out`, signed with `key`; `out` appears only
-    complete and signed (job.publishing.publish.assembling). `threads`: torch threads (None: the physical
-    cores this process may run on, at most the protocol's torch_threads)."""
+    complete and signed (job.publishing.publish.assembling). `settings`: the run's (job.pipeline.run_settings;
+    None: chosen there, with the physical cores this process may run on, at most the protocol's
+    torch_threads)."""
     date = bagging_date()  # one date for the crate's datePublished and the bag's Bagging-Date
     with assembling(out) as staging:
         result = execute(protocol, resources, staging / layout.DATA_DIR, progress=progress,
                          signer_fingerprint=fingerprint(key), date_published=date,
-                         publication=publication, threads=threads, shard=shard)
+                         publication=publication, settings=settings, shard=shard)
         seal(staging, result.ledger,
              description=f"Temperature-scaling calibration run under protocol {protocol.sha256[:16]} "
              f"({protocol.doc['name']}), profile {resources.profile}.",

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from job.errors import JobError
+from job.process import configure_process
 
 if TYPE_CHECKING:
     from job.protocol import InferenceSpec
@@ -148,7 +149,7 @@ def set_deterministic(mode: bool) -> None:
     and sympy: ~80 MB of resident memory, a tenth of the job's peak) only to copy the flag into
     inductor's settings; this job never compiles. So ATen's flag, the one every eager operator
     consults, is set directly when torch has the setter and inductor is not loaded anyway."""
-    import torch
+    import torch  # deferred: torch loads only where a model runs
 
     setter = getattr(torch._C, "_set_deterministic_algorithms", None)
     if setter is None or "torch._inductor.config" in sys.modules:
@@ -173,9 +174,7 @@ def configure_torch(s: Settings) -> dict[str, Any]:
     started elsewhere than job.cli, e.g. in a test or a benchmark) and the threads' wait policy
     (passive_thread_waits: in effect when this is the process's first import of torch)."""
     waits = passive_thread_waits()
-    import torch
-
-    from job.process import configure_process
+    import torch  # deferred: torch loads only where a model runs
 
     allocator = configure_process().allocator_record()
     torch.set_num_threads(s.threads)

@@ -24,8 +24,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from job.environment import cpuinfo_fields, git_commit, package_version
 from job.errors import JobError
-from job.protocol import AUDIT
+from job.forward_check import check_packed_forward
+from job.hub import default_cache
+from job.model import load_model, model_directory
+from job.protocol import AUDIT, Protocol
+from job.resources import Resources, check_resources, resolve_hub, resolve_local
+from job.runtime import Settings, configure_torch
 
 WORKER_PACKAGES = ("torch", "transformers", "tokenizers", "numpy", "safetensors")
 
@@ -58,9 +64,7 @@ def worker_environment(threads: int) -> dict[str, Any]:
     """Where a worker runs: its machine, CPU vendor, model and the ISA torch dispatches to, its
     thread count, versions, image and commit. `cpu_kind` names the arithmetic: workers of one
     kind compute the same float32 logits for the same batch."""
-    import torch
-
-    from job.environment import cpuinfo_fields, git_commit, package_version
+    import torch  # deferred: a worker imports torch when Ray starts it, not when the driver imports this module
 
     cpu = cpuinfo_fields()
     vendor = cpu.get("vendor_id") or platform.processor() or "unknown"
@@ -79,10 +83,7 @@ def worker_environment(threads: int) -> dict[str, Any]:
     }
 
 
-def _resources(setup: WorkerSetup, protocol: Any) -> Any:
-    from job.hub import default_cache
-    from job.resources import resolve_hub, resolve_local
-
+def _resources(setup: WorkerSetup, protocol: Protocol) -> Resources:
     if setup.lock is None:
         return resolve_hub(protocol.resources, Path(setup.cache) if setup.cache else default_cache())
     with tempfile.TemporaryDirectory(prefix="calibration-shard-") as tmp:
@@ -95,11 +96,6 @@ class ShardWorker:
     """The actor: the model loaded once from checked files, then batches on demand."""
 
     def __init__(self, setup: WorkerSetup) -> None:
-        from job.model import load_model, model_directory
-        from job.protocol import Protocol
-        from job.reproduce import check_resources
-        from job.runtime import Settings, configure_torch
-
         protocol = Protocol.from_bytes(setup.protocol, json.loads(setup.protocol))
         self.resources = _resources(setup, protocol)
         check_resources(setup.recorded, self.resources)  # every file, by sha256, before the model loads
@@ -115,7 +111,7 @@ class ShardWorker:
         self.env = worker_environment(setup.threads)
         self.env["torch"] = self.torch_info
         self.env["forward_choice"] = self.forward_choice
-        import ray
+        import ray  # deferred: Ray, an optional dependency, is imported only where a worker runs
 
         self.env["node_id"] = str(ray.get_runtime_context().get_node_id())
         self.env["pid"] = os.getpid()
@@ -129,7 +125,7 @@ class ShardWorker:
 
     def infer(self, job: BatchJob) -> tuple[NDArray[np.float32], float]:
         """The batch's float32 logits [B, K] in model output order, and the seconds the forward took."""
-        import torch
+        import torch  # deferred: a worker imports torch when Ray starts it, not when the driver imports this module
 
         if job.pool == AUDIT and job.temperature_sha256 is None:
             raise JobError("An audit batch arrived without the frozen temperature's sha256; the driver "
@@ -149,6 +145,4 @@ class ShardWorker:
 
     def forward_check(self, texts: list[str], keys: list[str]) -> dict[str, Any] | None:
         """job.forward_check on this worker's model and files (None for transformers' own forward)."""
-        from job.forward_check import check_packed_forward
-
         return check_packed_forward(self.model, self.resources.model, self.settings, texts, keys)

@@ -27,9 +27,11 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+from tqdm import tqdm
 
 from job.batching import Tokens
 from job.errors import JobError
+from job.model import ForwardChoice, load_tokenizer, model_directory
 from job.protocol import AUDIT
 from job.ray_engine import WAIT_S, cluster_cpus, ray_session
 from job.resources import Resources
@@ -73,13 +75,13 @@ class _Worker:
 
 def _dead(exc: BaseException) -> bool:
     """Whether a Ray error means the worker (its process or node) is gone, not that the batch failed."""
-    import ray.exceptions as rex
+    import ray.exceptions as rex  # deferred: Ray, optional, loads only for a run on a cluster
 
     return isinstance(exc, (rex.RayActorError, rex.WorkerCrashedError, rex.NodeDiedError, rex.ObjectLostError))
 
 
 def _cause(exc: BaseException) -> str:
-    import ray.exceptions as rex
+    import ray.exceptions as rex  # deferred: Ray, optional, loads only for a run on a cluster
 
     cause = exc.cause if isinstance(exc, rex.RayTaskError) and exc.cause is not None else exc
     if isinstance(cause, JobError):
@@ -103,11 +105,8 @@ class ShardedEngine:
         self.pad_id = int(tokenizer.pad_token_id or 0)
         self.torch_info = dict(workers[0].env["torch"])
         self.torch_info["engine"] = "ray"
-        from job.engines import announce
-        from job.model import ForwardChoice
-
         self.forward_choice: dict[str, str] = dict(workers[0].env["forward_choice"])
-        announce(ForwardChoice(**self.forward_choice))
+        ForwardChoice(**self.forward_choice).announce()
         self.ran: dict[int, dict[str, list[int]]] = {i: {} for i in range(len(workers))}
         self.audit_temperature: str | None = None
         self.dispatch_s = 0.0  # driver time spent tokenising, sending and storing, all batches
@@ -117,8 +116,7 @@ class ShardedEngine:
 
     def run(self, pool: str, tokens: Tokens, plan: Sequence[Sequence[int]], progress: str | None = None,
             temperature_sha256: str | None = None) -> NDArray[np.float32]:
-        import ray
-        from tqdm import tqdm
+        import ray  # deferred: Ray, optional, loads only for a run on a cluster
 
         n = len(tokens.lengths)
         logits: NDArray[np.float32] | None = None
@@ -185,7 +183,7 @@ class ShardedEngine:
 
     def forward_check(self, texts: list[str], keys: list[str]) -> dict[str, Any] | None:
         """The forward check on a live worker (its model and files); another one if that one dies."""
-        import ray
+        import ray  # deferred: Ray, optional, loads only for a run on a cluster
 
         for _, worker in self._ready_workers():
             try:
@@ -211,15 +209,13 @@ class ShardedEngine:
 
 
 def _tokenizer(resources: Resources) -> Any:
-    from job.model import load_tokenizer, model_directory
-
     with model_directory(resources.model) as model_dir:
         return load_tokenizer(model_dir)
 
 
 def _started(actors: list[Any]) -> list[dict[str, Any]]:
     """Each actor's environment once it has loaded its model, waiting at most START_S."""
-    import ray
+    import ray  # deferred: Ray, optional, loads only for a run on a cluster
 
     refs = [a.environment.remote() for a in actors]
     deadline = time.monotonic() + START_S
@@ -242,7 +238,7 @@ def sharded_engine(options: ShardOptions, protocol_raw: bytes, recorded: dict[st
                    s: Settings) -> Iterator[ShardedEngine]:
     """Join the cluster, start one worker per `worker_cpus` of its CPUs, and yield the engine;
     the workers and the Ray connection end with the block, on success or failure."""
-    import ray
+    import ray  # deferred: Ray, optional, loads only for a run on a cluster
 
     cpus = options.worker_cpus or s.threads
     setup = WorkerSetup(protocol_raw, recorded, options.lock, options.cache, cpus, os.environ.get(RECEIPTS_ENV))

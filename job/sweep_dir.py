@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,16 +23,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle import layout
 from bundle.dsse import Envelope
-from bundle.views.sweep_comparison import render_sweep_views
 from job.errors import JobError
 from job.publishing.publish import cleanup_stale_partials, publish, staging_dir, write_atomic
 from job.publishing.sweep_statements import index_statement, plan_statement, signed_record
 from job.sweep_spec import Member, Sweep
-
-
-def statement_sha256(envelope_bytes: bytes) -> str:
-    """sha256 of the signed statement inside a DSSE envelope (its decoded payload)."""
-    return hashlib.sha256(Envelope.from_json(envelope_bytes).payload).hexdigest()
+from verify import Trust, VerifyError, extract_bag, verify_path
 
 
 def plan_bytes(sweep: Sweep, key: Ed25519PrivateKey) -> tuple[bytes, str]:
@@ -82,12 +78,11 @@ def clean_partials(out: Path) -> list[Path]:
     return cleanup_stale_partials(out / layout.SWEEP_MEMBERS)
 
 
-def member_summary(bag: Path) -> dict[str, Any]:
-    """The index's summary of a verified member bundle (sweep-index/v1), read from its records."""
-    metrics = json.loads((bag / layout.METRICS_JSON).read_bytes())
-    temperature = json.loads((bag / layout.TEMPERATURE_JSON).read_bytes())
-    boot_path = bag / layout.BOOTSTRAP_JSON
-    bootstrap = json.loads(boot_path.read_bytes()) if boot_path.is_file() else None
+def member_summary(documents: Mapping[str, Any]) -> dict[str, Any]:
+    """The index's summary of a verified member bundle (sweep-index/v1), from its records as the
+    verifier parsed them (`documents`: bag path -> record)."""
+    metrics, temperature = documents[layout.METRICS_JSON], documents[layout.TEMPERATURE_JSON]
+    bootstrap = documents.get(layout.BOOTSTRAP_JSON)
     audit = metrics["pools"]["audit"]
     differences = bootstrap["differences"] if bootstrap is not None else {}
     return {
@@ -103,26 +98,21 @@ def member_summary(bag: Path) -> dict[str, Any]:
 def verified_member(bag: Path, member: Member, key: Ed25519PrivateKey) -> dict[str, Any]:
     """The index row of the member bundle at `bag`: it must verify under the sweep's key with the
     planned protocol; raise JobError saying which check failed otherwise."""
-    from verify.api import verify_path
-    from verify.context import Trust
-
     outcome = verify_path(bag, Trust(key=key.public_key(), source="the sweep's signing key"),
                           expected_protocol_sha256=member.protocol_sha256)
     if outcome.exit_code != 0:
         bad = next((c for c in outcome.checks if c.status != "pass"), None)
         why = f"{bad.id}: {bad.detail}" if bad is not None else "no check passed"
         raise JobError(f"Member {member.name}'s bundle does not verify against the plan ({why}).")
+    assert outcome.envelope is not None, "a verified bundle has an envelope"
     return {"name": member.name, "status": "done",
-            "statement_sha256": statement_sha256((bag / layout.PROVENANCE).read_bytes()),
-            "summary": member_summary(bag)}
+            "statement_sha256": hashlib.sha256(outcome.envelope.payload).hexdigest(),
+            "summary": member_summary(outcome.documents)}
 
 
 def publish_member(out: Path, member: Member, archive_bytes: bytes, key: Ed25519PrivateKey) -> dict[str, Any]:
     """Extract the worker's archive beside members/NAME, verify it against the plan, and rename it
     into place; return its index row. Nothing appears at members/NAME unless it verified."""
-    from verify.extract import extract_archive, find_bag_root
-    from verify.result import Failed, InputError
-
     target = out / layout.SWEEP_MEMBERS / member.name
     staging = staging_dir(target)
     try:
@@ -131,9 +121,8 @@ def publish_member(out: Path, member: Member, archive_bytes: bytes, key: Ed25519
         extracted = staging / "bag"
         extracted.mkdir()
         try:
-            extract_archive(archive, extracted)
-            bag = find_bag_root(extracted)
-        except (Failed, InputError) as exc:
+            bag = extract_bag(archive, extracted)
+        except VerifyError as exc:
             raise JobError(f"Member {member.name}'s archive cannot be extracted ({exc}).") from exc
         if bag.name != member.name:
             raise JobError(f"Member {member.name}'s archive holds the bag {bag.name!r}; the worker answered "
@@ -156,6 +145,10 @@ def _readable(bag: Path) -> None:
 
 def write_index(out: Path, plan_sha256: str, rows: list[dict[str, Any]], key: Ed25519PrivateKey) -> None:
     """Sign the index over `rows` (plan order), then render the views from it; each file by rename."""
+    from bundle.views.sweep_comparison import (
+        render_sweep_views,  # deferred: matplotlib (about 1 s) only to draw the views
+    )
+
     statement = index_statement(plan_sha256, rows)
     envelope, _digest = signed_record(statement, key)
     plan = json.loads(Envelope.from_json((out / layout.SWEEP_PLAN).read_bytes(), layout.SWEEP_PLAN).payload)

@@ -15,9 +15,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
 from bundle.errors import BundleError
+from bundle.schemas import validate
 from job.errors import JobError
+from job.hub import default_cache
+from job.protocol import Protocol
 from job.publishing.archive import archive
+from job.resources import resolve_hub, resolve_local
+from job.rocrate import Publication
+from job.run import run_and_seal
 
 
 @dataclass(frozen=True)
@@ -41,9 +49,6 @@ class MemberOutcome:
 
 
 def _resources(task: MemberTask, protocol: Any, tmp: Path) -> Any:
-    from job.hub import default_cache
-    from job.resources import resolve_hub, resolve_local
-
     if task.lock is None:
         return resolve_hub(protocol.resources, Path(task.cache) if task.cache else default_cache())
     lock_path = tmp / "lock.json"
@@ -54,13 +59,6 @@ def _resources(task: MemberTask, protocol: Any, tmp: Path) -> Any:
 def build_member(task: MemberTask) -> MemberOutcome:
     """Run the member's protocol into a bundle under a fresh temporary directory and return the
     archive's bytes; an error on the member's own input is returned, not raised."""
-    from cryptography.hazmat.primitives.serialization import load_pem_private_key
-
-    from bundle.schemas import validate
-    from job.protocol import Protocol
-    from job.rocrate import Publication
-    from job.run import run_and_seal
-
     with tempfile.TemporaryDirectory(prefix=f"sweep-{task.name}-") as tmp_name:
         tmp = Path(tmp_name)
         try:

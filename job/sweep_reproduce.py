@@ -19,14 +19,20 @@ from typing import Any
 import numpy as np
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from bundle import layout
 from bundle.dsse import Envelope
 from bundle.errors import BundleError, EnvelopeError
 from bundle.views.arithmetic import short_number
 from job.errors import JobError
-from job.publishing.attestation import write_attestation
+from job.hub import default_cache
+from job.publishing.archive import archive
+from job.publishing.attestation import refuse_existing_attestation, write_attestation
 from job.publishing.signing_keys import load_private_key
+from job.ray_engine import TaskOptions, completed, ray_session, remote, task_failure
+from job.reproduce import ReproduceOptions, reproduce
+from job.resources import resolve_hub, resolve_local
 from job.sweep_spec import absolute_lock
 
 ATTESTATION_SUFFIX = ".intoto.json"
@@ -78,12 +84,6 @@ def draw_members(names: list[str], k: int, seed: int) -> list[str]:
 
 def reproduce_member(task: ReproduceTask) -> ReproduceOutcome:
     """Re-run one member's bundle on this worker and return its signed attestation's bytes."""
-    from cryptography.hazmat.primitives.serialization import load_pem_private_key
-
-    from job.hub import default_cache
-    from job.reproduce import ReproduceOptions, reproduce
-    from job.resources import resolve_hub, resolve_local
-
     with tempfile.TemporaryDirectory(prefix=f"reproduce-{task.name}-") as tmp_name:
         tmp = Path(tmp_name)
         bundle = tmp / f"{task.name}.tar.gz"
@@ -122,17 +122,13 @@ def _index_rows(sweep_dir: Path) -> list[dict[str, Any]]:
 
 def reproduce_sweep(options: SweepReproduceOptions) -> int:
     """Reproduce the chosen members on Ray; 0 when every one reproduced, 1 otherwise."""
-    import ray
-
-    from job.publishing.archive import archive
-    from job.ray_engine import TaskOptions, completed, ray_session, remote, task_failure
+    import ray  # deferred: Ray, optional, loads only for a run on a cluster
 
     done = [r["name"] for r in _index_rows(options.sweep_dir) if r["status"] == "done"]
     if not done:
         raise JobError(f"{options.sweep_dir} has no done member to reproduce.")
     names = done if options.members is None else draw_members(done, options.members, int(options.seed or 0))
-    if options.out.exists():
-        raise JobError(f"{options.out} already exists and attestations are never overwritten; choose another --out.")
+    refuse_existing_attestation(options.out)
     key = load_private_key(options.signing_key)
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                             serialization.NoEncryption())

@@ -13,10 +13,12 @@ from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from tqdm import tqdm
 
 from bundle import layout
 from job.errors import JobError
 from job.publishing.signing_keys import load_private_key
+from job.ray_engine import TaskOptions, cluster_cpus, completed, ray_session, remote, task_failure
 from job.sweep_dir import clean_partials, forget_index, open_sweep_dir, publish_member, verified_member, write_index
 from job.sweep_member import MemberOutcome, MemberTask, build_member
 from job.sweep_spec import Member, Sweep, load_sweep
@@ -65,9 +67,7 @@ def _existing(out: Path, member: Member, key: Ed25519PrivateKey) -> dict[str, An
 
 def _run_pending(options: SweepOptions, pending: list[Member], key: Ed25519PrivateKey,
                  rows: dict[str, dict[str, Any]]) -> None:
-    import ray
-
-    from job.ray_engine import TaskOptions, cluster_cpus, completed, ray_session, remote, task_failure
+    import ray  # deferred: Ray, optional, loads only for a run on a cluster
 
     key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                 serialization.NoEncryption())
@@ -86,7 +86,6 @@ def _run_pending(options: SweepOptions, pending: list[Member], key: Ed25519Priva
                                         str(options.cache) if options.cache else None))] = m
         bar = None
         if options.progress:
-            from tqdm import tqdm
             bar = tqdm(total=len(rows) + len(refs), initial=len(rows), desc="sweep", unit="member",
                        file=sys.stderr)
         try:

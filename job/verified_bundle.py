@@ -1,11 +1,11 @@
-"""A bundle handed to `reproduce`: read into memory once, checked by the torch-free verifier, then
-used as the verifier read it (nothing on disk is read twice, no format is parsed a second time,
-and the bundle is never changed)."""
+"""A bundle handed to `reproduce`: read into memory once, checked by the torch-free verifier through
+its public API (verify.verify_path), then used as the verifier read it (nothing on disk is read
+twice, no format is parsed a second time, and the bundle is never changed)."""
 
 from __future__ import annotations
 
 import hashlib
-import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,11 +15,7 @@ from numpy.typing import NDArray
 
 from bundle import layout
 from job.errors import JobError
-from verify import extract
-from verify.checks import Verification, verify_tree
-from verify.context import Trust
-from verify.result import EXIT_OK, EXIT_UNTRUSTED, SIGNER_CHECK, Failed, InputError, exit_code
-from verify.tree import BagTree, read_tree
+from verify import EXIT_OK, EXIT_UNTRUSTED, SIGNER_CHECK, InputError, Outcome, Trust, verify_path
 
 
 @dataclass(frozen=True)
@@ -54,34 +50,38 @@ class VerifiedBundle:
     this module reads no file format of its own."""
 
     source: Path
-    tree: BagTree
-    verification: Verification
+    outcome: Outcome
 
     @property
     def signer_fingerprint(self) -> str:
-        return self.verification.signer_fingerprint or ""
+        return self.outcome.signer_fingerprint or ""
+
+    @property
+    def files(self) -> Mapping[str, bytes]:
+        """bag path -> the bytes of each file of the bag, as the verifier read them."""
+        return self.outcome.files
 
     def json(self, path: str) -> Any:
         """A JSON payload file as the verifier parsed and validated it."""
-        return self.verification.documents[path]
+        return self.outcome.documents[path]
 
     @property
     def protocol_raw(self) -> bytes:
-        return self.tree.files[layout.PROTOCOL_JSON]
+        return self.outcome.files[layout.PROTOCOL_JSON]
 
     @property
     def statement_sha256(self) -> str:
         """sha256 of the signed statement: the exact payload bytes of the bundle's DSSE envelope."""
-        envelope = self.verification.envelope
+        envelope = self.outcome.envelope
         assert envelope is not None, "a verified bundle has an envelope"
         return hashlib.sha256(envelope.payload).hexdigest()
 
     def sha256(self, path: str) -> str:
-        return self.tree.sha256(path)
+        return self.outcome.sha256(path)
 
     def pool(self, name: str) -> RecordedPool:
         """One pool's predictions as the verifier read them (columns, types and ranges checked)."""
-        data = self.verification.pools[name]
+        data = self.outcome.pools[name]
         return RecordedPool(
             name=name,
             idx=np.asarray(data.idx, dtype=np.int64),
@@ -97,14 +97,6 @@ class VerifiedBundle:
         )
 
 
-def _read(path: Path) -> BagTree:
-    if not extract.is_archive(path):
-        return read_tree(path)
-    with tempfile.TemporaryDirectory(prefix="reproduce-") as tmp:
-        extract.extract_archive(path, Path(tmp))
-        return read_tree(extract.find_bag_root(Path(tmp)))
-
-
 def load_verified(path: Path) -> VerifiedBundle:
     """The bundle at `path` (bag folder or .tar.gz), verified in-process by the torch-free verifier.
 
@@ -114,16 +106,19 @@ def load_verified(path: Path) -> VerifiedBundle:
     if not path.exists():
         raise JobError(f"The bundle {path} does not exist; pass a bag folder or its .tar.gz.")
     try:
-        tree = _read(path)
-    except (InputError, Failed) as exc:
-        raise JobError(f"The bundle {path} cannot be read ({str(exc).rstrip('.')}); pass the bag "
-                       "folder or archive the job wrote.") from exc
-    result = verify_tree(tree, Trust())
-    if exit_code(result.checks) not in (EXIT_OK, EXIT_UNTRUSTED) or result.signer_fingerprint is None:
-        bad = next((c for c in result.checks if c.status != "pass" and c.id != SIGNER_CHECK),
-                   None)
+        outcome = verify_path(path, Trust())
+    except InputError as exc:
+        raise _unreadable(path, str(exc)) from exc
+    if outcome.read_failure is not None:
+        raise _unreadable(path, outcome.read_failure)
+    if outcome.exit_code not in (EXIT_OK, EXIT_UNTRUSTED) or outcome.signer_fingerprint is None:
+        bad = next((c for c in outcome.checks if c.status != "pass" and c.id != SIGNER_CHECK), None)
         why = f"{bad.id}: {bad.detail}" if bad is not None else "no valid signature"
         raise JobError(f"The bundle {path} fails verification ({why.rstrip('.')}), so there is nothing "
                        f"to reproduce; run `python -m verify {path}` for the full report.")
-    return VerifiedBundle(path, tree, result)
+    return VerifiedBundle(path, outcome)
 
+
+def _unreadable(path: Path, why: str) -> JobError:
+    return JobError(f"The bundle {path} cannot be read ({why.rstrip('.')}); pass the bag folder or "
+                    "archive the job wrote.")

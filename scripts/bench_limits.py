@@ -112,11 +112,11 @@ def build(out: Path, key: Ed25519PrivateKey, shape: Shape, seed: int = 0) -> Pat
     from job.artifacts import Artifacts
     from job.bootstrap import bootstrap_record
     from job.calibration import fit_temperature
-    from job.pipeline import metrics_record, stage, temperature_record, trajectory_record
     from job.predictions import PoolOutput, Predictions, predictions_table
     from job.protocol import Protocol
     from job.publishing.dates import bagging_date
     from job.publishing.seal import seal
+    from job.records import metrics_record, stage_record, temperature_record, trajectory_record
     from job.rocrate import Publication, crate_bytes
     from job.stability import stability_record
     from scripts.payload_report import report_markdown
@@ -149,7 +149,7 @@ def build(out: Path, key: Ed25519PrivateKey, shape: Shape, seed: int = 0) -> Pat
     art.write_json(layout.POOLS_JSON, {
         "protocol_sha256": protocol.sha256, "dataset_sha256": dataset_sha, "prefix": protocol.prefix,
         "pools": pools, "sizes": {name: len(entries) for name, entries in pools.items()}})
-    stages = [stage(protocol, "split", art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON),
+    stages = [stage_record(protocol, "split", art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON),
                     art.pick(layout.POOLS_JSON))]
     fit = None
     predictions: dict[str, Predictions] = {}
@@ -167,7 +167,7 @@ def build(out: Path, key: Ed25519PrivateKey, shape: Shape, seed: int = 0) -> Pat
                                   tuple(e["text_sha256"] for e in entries), y, output)
         predictions[name] = Predictions.of_table(name, table, art.write_table(path, table))
         if name == "calibration":
-            stages.append(stage(protocol, "calibration-inference",
+            stages.append(stage_record(protocol, "calibration-inference",
                                 art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON, layout.POOLS_JSON),
                                 art.pick(path)))
             f = protocol.fit
@@ -175,10 +175,10 @@ def build(out: Path, key: Ed25519PrivateKey, shape: Shape, seed: int = 0) -> Pat
             temperature = temperature_record(protocol, fit, n, art.digest(path))
             art.write_json(layout.TEMPERATURE_JSON, temperature)
             art.write_json(layout.TRAJECTORY_JSON, trajectory_record(protocol, fit))
-            stages.append(stage(protocol, "fit", art.pick(path),
+            stages.append(stage_record(protocol, "fit", art.pick(path),
                                 art.pick(layout.TEMPERATURE_JSON, layout.TRAJECTORY_JSON)))
         else:
-            stages.append(stage(protocol, "audit-inference",
+            stages.append(stage_record(protocol, "audit-inference",
                                 art.pick(layout.PROTOCOL_JSON, layout.RESOURCES_JSON, layout.POOLS_JSON,
                                          layout.TEMPERATURE_JSON), art.pick(path)))
         del z, output
@@ -187,7 +187,7 @@ def build(out: Path, key: Ed25519PrivateKey, shape: Shape, seed: int = 0) -> Pat
     temperature_sha256 = art.digest(layout.TEMPERATURE_JSON)
     metrics = metrics_record(protocol, predictions, fit.beta, temperature, temperature_sha256)
     metrics_sha256 = art.write_json(layout.METRICS_JSON, metrics)
-    stages.append(stage(protocol, "metrics", art.pick(layout.TEMPERATURE_JSON, *layout.PREDICTIONS.values()),
+    stages.append(stage_record(protocol, "metrics", art.pick(layout.TEMPERATURE_JSON, *layout.PREDICTIONS.values()),
                         art.pick(layout.METRICS_JSON)))
     assert protocol.bootstrap is not None and protocol.stability is not None
     cal, audit = predictions["calibration"], predictions["audit"]

@@ -18,9 +18,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from bundle import layout, limits
 from bundle.terminal import nonempty_path, tolerant_stdout
 from bundle.userfile import describe, read_user_file
-from verify import __version__, reproduction, signature, sweep_verification, verdict_output, vsa
+from verify import reproduction, signature, sweep_verification, verdict_output, vsa
 from verify.api import Outcome, verify_path
-from verify.context import Attestation, Trust
+from verify.context import Attestation, Trust, check_threshold
+from verify.release import __version__
 from verify.result import EXIT_FAILED, EXIT_OK, EXIT_UNREADABLE, Failed, InputError
 
 
@@ -121,9 +122,7 @@ def _verify_sweep(args: argparse.Namespace) -> int:
         raise InputError("--protocol and --json apply to one bundle; verify a member folder under members/ "
                          "for them.")
     keys = [(signature.load_trusted_key(path), path) for path in args.trusted_key]
-    if not 1 <= args.threshold <= len(keys):
-        raise InputError(f"--threshold {args.threshold} cannot be met by {len(keys)} trusted key(s); pass a "
-                         "threshold from 1 to the number of --trusted-key.")
+    check_threshold(args.threshold, args.trusted_key)
     attestations = tuple(reproduction.load_attestation(a) for a in args.reproduction)
     reproducers = tuple(signature.load_trusted_key(k) for k in args.trusted_reproducer)
     outcome = sweep_verification.verify_sweep(args.bundle, keys, attestations=attestations, reproducers=reproducers,
@@ -209,10 +208,7 @@ def _main(argv: list[str] | None) -> int:
         if sweep_verification.is_sweep(args.bundle):
             return _verify_sweep(args)
         trust = Trust()
-        count = len(set(args.trusted_key or []))
-        if args.threshold < 1 or args.threshold > max(count, 1):
-            raise InputError(f"--threshold {args.threshold} cannot be met by {count} trusted "
-                             "key(s); pass a threshold from 1 to the number of --trusted-key.")
+        check_threshold(args.threshold, args.trusted_key or [])
         if args.trusted_key:
             keys = [(signature.load_trusted_key(path), path) for path in args.trusted_key]
             trust = Trust(key=keys[0][0], source=keys[0][1], more_keys=tuple(keys[1:]),

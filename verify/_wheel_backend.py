@@ -35,10 +35,10 @@ _EPOCH = (1980, 1, 1, 0, 0, 0)
 
 def version() -> str:
     """The verifier's release, verify.__version__, read without importing it."""
-    text = (ROOT / "verify" / "__init__.py").read_text(encoding="utf-8")
+    text = (ROOT / "verify" / "release.py").read_text(encoding="utf-8")
     m = re.search(r'^__version__ = "([0-9.]+)"$', text, re.MULTILINE)
     if m is None:
-        raise RuntimeError("verify/__init__.py has no __version__ = \"X.Y.Z\" line")
+        raise RuntimeError("verify/release.py has no __version__ = \"X.Y.Z\" line")
     return m.group(1)
 
 

@@ -14,7 +14,6 @@ from pathlib import PurePosixPath
 from typing import Final
 
 from bundle import layout
-from bundle.canonical import loads_strict
 from bundle.errors import CanonicalJSONError
 from verify.context import Context
 from verify.result import DigestMismatch, Failed
@@ -95,11 +94,10 @@ def check_layout(tree: BagTree, notes: list[str]) -> str:
 
 def expected_payload(tree: BagTree) -> tuple[str, ...]:
     """The payload the format requires for the protocol in the bag (optional sections add files)."""
-    raw = tree.files.get(layout.PROTOCOL_JSON)
-    if raw is None:
+    if layout.PROTOCOL_JSON not in tree.files:
         return layout.PAYLOAD_FILES
     try:
-        protocol = loads_strict(raw, source=layout.PROTOCOL_JSON)
+        protocol = tree.protocol()
     except CanonicalJSONError as exc:
         raise Failed(f"the expected payload depends on the protocol, which cannot be read: "
                      f"{exc}") from exc

@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any, Final
 
 from bundle import layout
-from verify import __version__
 from verify.context import Context
+from verify.release import __version__
 from verify.result import Failed
 
 READS_FORMATS: Final = frozenset({1, 2})

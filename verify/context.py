@@ -8,6 +8,7 @@ needs (`declared`): an undeclared read is a programming error, never a skip."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
@@ -16,8 +17,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from bundle import layout
 from bundle.dsse import Envelope
 from verify.parsed import PoolData
-from verify.result import Failed, Missing, VerifyError
+from verify.result import Failed, InputError, Missing, VerifyError
 from verify.tree import BagTree
+
+__all__ = ["POOL_NAMES", "Attestation", "Context", "Reading", "Trust", "check_threshold"]
 
 METRIC_TOL: Final = 1e-9
 """Recomputed probabilities, metrics and gradients must agree with the bundle within this."""
@@ -64,6 +67,16 @@ class Reading:
     archive: bool = False
     detail: str = ""
     failure: Failed | None = None
+
+
+def check_threshold(threshold: int, key_sources: Sequence[str]) -> None:
+    """The one rule for --threshold, for a bundle and a sweep alike: at least 1 and at most the
+    number of distinct trusted keys given (`key_sources`: where each --trusted-key came from, a
+    key given twice counting once), or 1 when none is given. InputError otherwise."""
+    count = len(set(key_sources))
+    if not 1 <= threshold <= max(count, 1):
+        raise InputError(f"--threshold {threshold} cannot be met by {count} trusted key(s); pass a "
+                         "threshold from 1 to the number of --trusted-key.")
 
 
 class UndeclaredFact(VerifyError):

@@ -56,7 +56,7 @@ def regenerated(ctx: Context) -> str:
     version = renderer.renderer(ctx)
     found = {path: ctx.file(path) for path in layout.FIGURES}
     mpl = renderer.matplotlib_version(ctx)
-    from bundle.views.figures import render_figures  # matplotlib is imported only to draw
+    from bundle.views.figures import render_figures  # deferred: matplotlib, optional here, only to draw
 
     drawn = render_figures(ctx.doc(layout.METRICS_JSON), ctx.table("audit").z, ctx.table("audit").y)
     differ = [path for path in layout.FIGURES if drawn[layout.data_name(path)] != found[path]]

@@ -8,6 +8,8 @@ import numpy as np
 
 from verify.numerics import F64, I64
 
+__all__ = ["PoolData"]
+
 
 @dataclass(frozen=True)
 class PoolData:

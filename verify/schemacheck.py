@@ -100,8 +100,8 @@ def json_file(ctx: Context, path: str, name: str) -> str:
     if path not in tree.files:
         raise Failed(f"{path} is missing.")
     data = tree.files[path]
-    try:
-        doc = loads_strict(data, source=path)
+    try:  # the protocol's one parse is the bag's (it set the file caps); every other file is parsed here
+        doc = tree.protocol() if path == layout.PROTOCOL_JSON else loads_strict(data, source=path)
     except CanonicalJSONError as exc:
         raise Failed(str(exc)) from exc
     canonical = path not in layout.NON_CANONICAL_PAYLOAD

@@ -27,7 +27,8 @@ from bundle.errors import CanonicalJSONError, SignatureThresholdError
 from bundle.userfile import read_user_file
 from bundle.views.sweep_comparison import render_sweep_views, sweep_markdown_v1
 from verify import schemacheck, signature
-from verify.context import Attestation
+from verify.api import verify_path
+from verify.context import Attestation, Trust
 from verify.result import EXIT_FAILED, EXIT_OK, Check, Failed, InputError
 
 SWEEP_CHECKS: Final = (
@@ -244,9 +245,6 @@ def verify_member(bag: str, keys_raw: tuple[bytes, ...], protocol_sha256: str,
     plain data. The bundle must pass every check under `threshold` of the trusted keys with the
     planned protocol (and its reproductions at the level asked for), its signed statement must be
     the one the index names, and its records must give the index's summary."""
-    from verify.api import verify_path
-    from verify.context import Trust
-
     keys = [(Ed25519PublicKey.from_public_bytes(k), f"trusted key {i + 1}") for i, k in enumerate(keys_raw)]
     trust = Trust(key=keys[0][0], source=keys[0][1], more_keys=tuple(keys[1:]), threshold=threshold)
     start = time.perf_counter()

@@ -14,9 +14,11 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from bundle import layout, limits
+from bundle.canonical import loads_strict
+from bundle.errors import CanonicalJSONError
 from verify.result import Failed, InputError
 
 MAX_FILE_BYTES: Final = limits.MAX_FILE_BYTES
@@ -35,6 +37,26 @@ class BagTree:
     oversized: list[str] = field(default_factory=list)
     """Regular files over their cap, each as "path (size bytes, over the cap of N)"; not read."""
     _sha256: dict[str, str] = field(default_factory=dict)
+    _protocol: tuple[bytes, Any, CanonicalJSONError | None] | None = field(default=None, repr=False)
+
+    def protocol(self) -> Any:
+        """data/protocol.json parsed as strict JSON, once for every reader of this bag: the file
+        caps while the bag is read, the payload the format expects, and json.protocol. Raises
+        CanonicalJSONError when it is not strict JSON, KeyError when the bag holds no protocol."""
+        return self.parse_protocol(self.files[layout.PROTOCOL_JSON])
+
+    def parse_protocol(self, raw: bytes) -> Any:
+        """`raw` (the protocol's bytes) parsed by bundle.canonical.loads_strict; the parse is kept,
+        so the same bytes are parsed once whoever asks."""
+        if self._protocol is None or self._protocol[0] is not raw:
+            try:
+                self._protocol = (raw, loads_strict(raw, source=layout.PROTOCOL_JSON), None)
+            except CanonicalJSONError as exc:
+                self._protocol = (raw, None, exc)
+        _, doc, error = self._protocol
+        if error is not None:
+            raise error
+        return doc
 
     def sha256(self, rel: str) -> str:
         if rel not in self._sha256:
@@ -114,12 +136,24 @@ def _check_name(rel: str) -> None:
                      "a path.")
 
 
+def _file_caps(tree: BagTree, protocol: bytes | None) -> dict[str, int]:
+    """Each file's cap for a bag whose data/protocol.json holds `protocol`: from the protocol's
+    dimensions when it parses and lies within the format's bounds, else the fixed caps (a protocol
+    that does not parse fails json.protocol later). Never raises."""
+    if protocol is None:
+        return limits.file_caps(None)
+    try:
+        return limits.file_caps(limits.dimensions(tree.parse_protocol(protocol)))
+    except (limits.ProtocolOutOfBounds, CanonicalJSONError, ValueError, TypeError, RecursionError, MemoryError):
+        return limits.file_caps(None)
+
+
 def _read(root: Path, tree: BagTree, regular: dict[str, int]) -> None:
     """Read the files within their caps: the protocol first, because it sets the others'."""
     protocol = None
     if regular.get(layout.PROTOCOL_JSON, limits.MAX_PROTOCOL_BYTES + 1) <= limits.MAX_PROTOCOL_BYTES:
         protocol = _read_file(root, layout.PROTOCOL_JSON, limits.MAX_PROTOCOL_BYTES)
-    caps, _ = limits.caps_from_protocol_bytes(protocol)
+    caps = _file_caps(tree, protocol)
     total = 0
     for rel in sorted(regular):
         size, cap = regular[rel], limits.cap(caps, rel)

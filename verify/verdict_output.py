@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from bundle.keys import fingerprint
+from verify.api import VERDICTS as VERDICT_NAMES
 from verify.api import Outcome
 from verify.plausibility import PER_CLASS_UNRECORDED, UNRECORDED, WARNINGS_CHECK
 from verify.result import EXIT_FAILED, EXIT_OK, EXIT_UNTRUSTED, Check
@@ -13,15 +14,16 @@ from verify.result import EXIT_FAILED, EXIT_OK, EXIT_UNTRUSTED, Check
 REPORT_VERSION = 1
 
 VERDICTS = {
-    EXIT_OK: ("verified",
+    EXIT_OK: (VERDICT_NAMES[EXIT_OK],
               "VERIFIED: every check passed and the bundle is signed by the trusted key."),
-    EXIT_UNTRUSTED: ("intact-signer-unknown",
+    EXIT_UNTRUSTED: (VERDICT_NAMES[EXIT_UNTRUSTED],
                      ("INTEGRITY HOLDS, SIGNER NOT ESTABLISHED: every check passed, but no "
                       "trusted key was given; pass --trusted-key PUB.pem or "
                       "--trusted-fingerprint HEX.")),
-    EXIT_FAILED: ("failed",
+    EXIT_FAILED: (VERDICT_NAMES[EXIT_FAILED],
                   "REJECTED: at least one check failed; do not use this bundle's figures."),
 }
+"""Exit code -> (the verdict's name, verify.api.VERDICTS; its sentence)."""
 
 
 def verdict_message(outcome: Outcome) -> str:

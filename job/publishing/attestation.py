@@ -41,6 +41,14 @@ def attestation_bytes(statement: Mapping[str, Any], private_key: Ed25519PrivateK
     return envelope.to_json(source="The reproduction attestation")
 
 
+def refuse_existing_attestation(path: Path) -> None:
+    """OutputExistsError when anything, a link included, is at `path`: attestations are never
+    overwritten. The one check, made by write_attestation and by a command before its work starts."""
+    if os.path.lexists(path):
+        raise OutputExistsError(f"{path} already exists and attestations are never overwritten; choose "
+                                "another --out.", path=str(path))
+
+
 def write_attestation(path: Path, data: bytes) -> None:
     """Write `data` at `path` all at once or not at all, never over an existing file.
 
@@ -48,9 +56,7 @@ def write_attestation(path: Path, data: bytes) -> None:
     renamed into place by job.publishing.publish.write_atomic with rename_noreplace, the same no-replace
     rename that publishes a bag (it fails when `path` exists, so nothing is overwritten even in a race)."""
     path = Path(path)
-    if os.path.lexists(path):
-        raise OutputExistsError(f"{path} already exists and attestations are never overwritten; choose "
-                                "another --out.", path=str(path))
+    refuse_existing_attestation(path)
     try:
         write_atomic(path, data, replace=False)
     except FileExistsError as exc:

@@ -37,12 +37,8 @@ def verified_before_cosigning(bag: Path, trusted_key: Path | None = None) -> str
     With `trusted_key` the bag must verify as signed by that key (exit status 0); without one it
     must be intact and carry a valid signature (0 or 3, "signer not established"). A co-signature
     vouches for the bundle's content, so a bag that fails any check is never co-signed."""
-    # The verifier and its pyarrow and jsonschema stack load only when a cosign runs, not for
-    # every `python -m job` command.
-    from verify.api import verify_path
-    from verify.context import Trust
-    from verify.result import EXIT_OK, EXIT_UNTRUSTED, VerifyError
-    from verify.signature import load_trusted_key
+    # deferred: the verifier and its pyarrow and jsonschema stack load only when a cosign runs
+    from verify import EXIT_OK, EXIT_UNTRUSTED, Trust, VerifyError, load_trusted_key, verify_path
 
     try:
         trust = Trust() if trusted_key is None else Trust(key=load_trusted_key(str(trusted_key)),

@@ -34,13 +34,19 @@ def _exists_error(out: Path) -> OutputExistsError:
     )
 
 
+def refuse_existing(out: Path) -> None:
+    """OutputExistsError when anything, a link included, is at `out`: the one check that a bundle is
+    never written over something, made here before staging and by a command before its work starts."""
+    if os.path.lexists(out):
+        raise _exists_error(out)
+
+
 def staging_dir(out: Path) -> Path:
     """Create and return the empty staging directory `.<out.name>.partial-<pid>-<random>` beside out."""
     out = Path(os.path.abspath(out))
     if not out.name or out.name in {".", ".."}:
         raise BundleError(f"Output path {out} has no directory name; pass --out NEW_DIR.")
-    if os.path.lexists(out):
-        raise _exists_error(out)
+    refuse_existing(out)
     parent = out.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)

@@ -123,7 +123,7 @@ def test_a_label_map_the_model_contradicts_stops_the_run_before_inference(tmp_pa
     def no_inference(*args, **kwargs):
         raise AssertionError("inference ran")
 
-    monkeypatch.setattr("job.model.load_model", no_inference)
+    monkeypatch.setattr("job.engines.load_model", no_inference)  # the name the local engine calls
     for command in (["smoke"], ["run", "--out", str(tmp_path / "run"), "--ephemeral-key", "--no-progress"]):
         assert main([*command, "--protocol", str(wrong), "--resources", str(lock)]) == 2
         err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")][-1]

@@ -245,12 +245,13 @@ def test_a_sharded_reproduction_records_its_workers_by_recorded_batch(
     import contextlib
 
     import job.engines
+    import job.reproduce
 
     @contextlib.contextmanager
     def two_workers(shard: Any, protocol_raw: bytes, recorded: Any, resources: Any, s: Any) -> Any:
         yield TwoKindWorkers(job.engines.LocalEngine(resources, s))
 
-    monkeypatch.setattr(job.engines, "open_engine", two_workers)
+    monkeypatch.setattr(job.reproduce, "open_engine", two_workers)
     att = tmp_path / "att.json"
     # seed 3 draws calibration batches 0 and 1 and audit batch 1 alone, the first of its plan
     assert reproduce(mixed_bundle, att, reproducer, tiny_world[1], "--sample", "24", "--seed", "3") == 0

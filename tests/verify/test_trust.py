@@ -317,6 +317,24 @@ def test_verify_cli_threshold_beyond_the_keys_is_a_usage_error(synthetic_bag: Pa
     assert main([str(synthetic_bag), "--trusted-key", str(pub), "--threshold", "2"]) == 2
 
 
+def test_one_threshold_rule_counts_each_trusted_key_file_once(synthetic_bag: Path,  # noqa: F811
+                                                               tmp_path: Path) -> None:
+    """A bundle and a sweep bound --threshold alike (verify.context.check_threshold): from 1 to the
+    number of distinct --trusted-key files, 1 when none is given."""
+    from verify.__main__ import main
+    from verify.context import check_threshold
+    from verify.result import InputError
+
+    check_threshold(1, [])
+    check_threshold(2, ["a.pem", "b.pem"])
+    for threshold, sources in ((0, ["a.pem"]), (2, []), (2, ["a.pem", "a.pem"]), (3, ["a.pem", "b.pem"])):
+        with pytest.raises(InputError, match=f"--threshold {threshold} cannot be met"):
+            check_threshold(threshold, sources)
+    pub = tmp_path / "pub.pem"
+    pub.write_bytes(public_key_pem(Ed25519PrivateKey.generate()))
+    assert main([str(synthetic_bag), "--trusted-key", str(pub), "--trusted-key", str(pub), "--threshold", "2"]) == 2
+
+
 def test_securesystemslib_verifies_a_cosigned_envelope(cosigned: Path,
                                                        verify_keys: Keys) -> None:  # noqa: F811
     from securesystemslib.dsse import Envelope
