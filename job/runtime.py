@@ -163,7 +163,7 @@ def set_deterministic(mode: bool) -> None:
     # that read memory they never wrote; no operator of the forward does (its logits are bit-identical
     # either way: tests/job/test_inference.py), and the fill is an extra write over every activation
     # (about 3% of a 1-thread forward, docs/PERFORMANCE.md). Off: the algorithms stay deterministic.
-    from torch.utils import deterministic
+    from torch.utils import deterministic  # deferred: torch loads only where a model runs
 
     deterministic.fill_uninitialized_memory = False  # type: ignore[attr-defined]
 

@@ -145,9 +145,8 @@ def _readable(bag: Path) -> None:
 
 def write_index(out: Path, plan_sha256: str, rows: list[dict[str, Any]], key: Ed25519PrivateKey) -> None:
     """Sign the index over `rows` (plan order), then render the views from it; each file by rename."""
-    from bundle.views.sweep_comparison import (
-        render_sweep_views,  # deferred: matplotlib (about 1 s) only to draw the views
-    )
+    # deferred: matplotlib (about 1 s) only to draw the views
+    from bundle.views.sweep_comparison import render_sweep_views
 
     statement = index_statement(plan_sha256, rows)
     envelope, _digest = signed_record(statement, key)

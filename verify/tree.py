@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from bundle import layout, limits
 from bundle.canonical import loads_strict
-from bundle.errors import CanonicalJSONError
+from bundle.errors import CanonicalJSONError, ProtocolOutOfBounds
 from verify.result import Failed, InputError
 
 MAX_FILE_BYTES: Final = limits.MAX_FILE_BYTES
@@ -144,7 +144,7 @@ def _file_caps(tree: BagTree, protocol: bytes | None) -> dict[str, int]:
         return limits.file_caps(None)
     try:
         return limits.file_caps(limits.dimensions(tree.parse_protocol(protocol)))
-    except (limits.ProtocolOutOfBounds, CanonicalJSONError, ValueError, TypeError, RecursionError, MemoryError):
+    except (ProtocolOutOfBounds, CanonicalJSONError, ValueError, TypeError, RecursionError, MemoryError):
         return limits.file_caps(None)
 
 

@@ -21,7 +21,6 @@ GOLDEN = REPO / "tests" / "goldens" / "bundle-v2"
 
 INTERNAL_USE = {
     "job.predictions": "reads a predictions file through the format's one reader (verify.predictions)",
-    "job.protocol": "checks a protocol against the format's limits before any run (verify.limits)",
 }
 """job/ modules that use a verifier internal on purpose, and why; every other job/ module that
 imports the verifier imports only its public names."""
