@@ -78,7 +78,7 @@ def tiny_bundle(tiny_world: tuple[Path, Path], signing_key_dir: Path, tmp_path_f
 @pytest.fixture(scope="session")
 def reproducer_keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A reproducer's key pair (signing-key.pem, signing-key.pub.pem), not the bundle signer's."""
-    from bundle.keys import generate
+    from job.publishing.signing_keys import generate
 
     out = tmp_path_factory.mktemp("reproducer") / "k"
     generate(out)
