@@ -1,4 +1,4 @@
-// A strict reader of the one archive dialect `python -m bundle archive` writes (bundle/FORMAT.md,
+// A strict reader of the one archive dialect `python -m job archive` writes (bundle/FORMAT.md,
 // "Archive"): one gzip member of POSIX ustar headers for regular files and folders only, fixed modes
 // and owners, then two zero blocks and zero padding. Written again from the format, in the page's
 // own code: what it cannot read safely it refuses, at the header that shows it, before reading what
