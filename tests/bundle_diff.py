@@ -21,12 +21,11 @@ the crate's digest of environment.json, the manifests, bag-info.txt's Payload-Ox
 subject digests and the envelope's signature) is reported as such; any other difference is reported
 with its first differing line, and the exit status is 1.
 
-To compare a tree (the merged one, say) with the bundles of the tree before the format core was
-separated (made with `make /work/baseline-bundles --repo <that tree>`), sign with the same key and
-read the same generated inputs:
-    mkdir -p /tmp/after && cp /work/baseline-bundles/signing-key*.pem /tmp/after/
-    python -m tests.bundle_diff make /tmp/after --worlds /work/bundle-diff-worlds
-    python -m tests.bundle_diff compare /work/baseline-bundles /tmp/after
+To compare this tree with the bundles of another (BEFORE, made with `make BEFORE --repo OTHER`),
+sign with the same key and read the same generated inputs:
+    mkdir -p AFTER && cp BEFORE/signing-key*.pem AFTER/
+    python -m tests.bundle_diff make AFTER --worlds WORLDS
+    python -m tests.bundle_diff compare BEFORE AFTER
 (`make` reuses a key it finds in OUT and keeps a world's bundle that is already there.)
 """
 
