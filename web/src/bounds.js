@@ -12,26 +12,7 @@
 //
 // Sums are compensated; a pool is {n, k, z: Float64Array, y: Int32Array}.
 
-import { firstArgmax } from './numerics.js';
-
-const N_BINS = 10;
-
-class Sum {
-  constructor() {
-    this.s = 0;
-    this.c = 0;
-  }
-
-  add(x) {
-    const t = this.s + x;
-    this.c += Math.abs(this.s) >= Math.abs(x) ? (this.s - t) + x : (x - t) + this.s;
-    this.s = t;
-  }
-
-  get value() {
-    return this.s + this.c;
-  }
-}
+import { N_BINS, Sum, firstArgmax } from './numerics.js';
 
 /** log softmax of row `row` (length k) into out. */
 function logSoftmax(row, k, out) {

@@ -6,10 +6,10 @@
 //
 // A pool is {n, k, z: Float64Array(n * k) row-major, y: Int32Array(n)}.
 
-const N_BINS = 10;
+export const N_BINS = 10;
 
 /** A compensated running sum. */
-class Sum {
+export class Sum {
   constructor() {
     this.s = 0;
     this.c = 0;
