@@ -31,7 +31,7 @@ from job.arithmetic import arithmetic_record
 from job.batch_kinds import Side, groups, kind_of
 from job.logit_compare import RowComparison
 from job.predictions import PoolOutput
-from job.publishing.signing_keys import generate, load_private_key
+from job.publishing.signing_keys import load_private_key
 from tests.job.test_reproduce_levels import _run_edited, line, predicate, reproduce, resigned, verify
 from tests.verify.tamper import reseal
 
@@ -79,10 +79,9 @@ def mixed(src: Path, dst: Path, key_dir: Path, here: dict[str, list[int]], other
 
 
 @pytest.fixture(scope="module")
-def reproducer(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("reproducer") / "k"
-    generate(out)
-    return out
+def reproducer(reproducer_keys: Path) -> Path:
+    """The session's reproducer key pair (tests/conftest.py)."""
+    return reproducer_keys
 
 
 @pytest.fixture(scope="module")
