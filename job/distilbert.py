@@ -177,13 +177,15 @@ class DistilBertClassifier:
         x = F.layer_norm(words + F.embedding(pos, self.position), (d,), *self.emb_norm, LAYER_NORM_EPS)
         bias = torch.zeros((bsz, 1, 1, width), dtype=x.dtype)
         bias.masked_fill_(torch.from_numpy(mask == 0)[:, None, None, :], torch.finfo(x.dtype).min)
-        # q, k and v in attention's own layout [B, heads, longest, head_dim], padding rows zero for
-        # the whole batch: q, k^T and v reach the batched products as views, not as copies
-        qkv = x.new_zeros((3, bsz, heads, width, head_dim))
+        # q, k and v stored [B, longest, heads, head_dim], padding rows zero for the whole batch, and
+        # reaching the batched products as transformers' own strided views [B, heads, longest,
+        # head_dim]. The layout is part of the arithmetic: on some CPUs (seen on an AMD EPYC) MKL's
+        # batched product rounds contiguous [B, heads, longest, head_dim] operands differently.
+        qkv = x.new_zeros((3, bsz, width, heads, head_dim))
         for layer in self.layers:
             for j, lin in enumerate((layer.q, layer.k, layer.v)):
-                qkv[j].transpose(1, 2)[row_of, pos] = F.linear(x, *lin).view(-1, heads, head_dim)
-            q, k, v = qkv
+                qkv[j][row_of, pos] = F.linear(x, *lin).view(-1, heads, head_dim)
+            q, k, v = (qkv[j].transpose(1, 2) for j in range(3))
             scores = torch.matmul(q, k.transpose(2, 3))
             scores.mul_(scaling)  # in place: the same products and sums as `* scaling` and `+ bias`
             scores.add_(bias)
