@@ -13,9 +13,9 @@
 //   output (the generator keeps an unused half for the next draw, across rows and calls); for
 //   r = 2**32 - 1 the 32-bit draws themselves; for larger r, Lemire on 64-bit outputs.
 //
-// The LCG is done on eight 16-bit limbs held in doubles (every partial sum stays below 2**53), so a
-// step costs a few dozen integer-valued float operations and no allocation; only the rare 64-bit
-// range uses BigInt.
+// The LCG is done on four 32-bit words held in doubles (every partial sum stays below 2**53), so a
+// step costs a few dozen integer operations and no allocation; only the rare 64-bit range uses
+// BigInt.
 
 const MASK32 = 0xffffffff;
 const M32 = 0x100000000;
@@ -78,107 +78,177 @@ export function seedState(seed) {
 
 // -- PCG64 ----------------------------------------------------------------------------------------
 
-// The multiplier's 16-bit limbs, least significant first.
-const A0 = 0xf645; const A1 = 0x9fcc; const A2 = 0xdf64; const A3 = 0x4385;
-const A4 = 0x5da4; const A5 = 0x1fc6; const A6 = 0xed05; const A7 = 0x2360;
+// The multiplier's 32-bit words, least significant first, and 16-bit halves of the three lower ones.
+const M0 = 0x9fccf645; const M1 = 0x4385df64; const M2 = 0x1fc65da4; const M3 = 0x2360ed05;
+const M0H = M0 >>> 16; const M0L = M0 & 0xffff;
+const M1H = M1 >>> 16; const M1L = M1 & 0xffff;
+const M2H = M2 >>> 16; const M2L = M2 & 0xffff;
+const INV16 = 1 / 65536; // multiplying by a power of two is exact
+const INV32 = 1 / M32;
+const [W0, W1, W2, W3, I0, I1, I2, I3, HAS_HALF, HALF, HI, LO, STATE_SLOTS] = Array.from({ length: 13 }, (_, i) => i);
 
-/** 128-bit integers as eight 16-bit limbs (least significant first) from four 32-bit words (most significant first). */
-function limbs(w3, w2, w1, w0) {
-  return [w0 & 0xffff, w0 >>> 16, w1 & 0xffff, w1 >>> 16, w2 & 0xffff, w2 >>> 16, w3 & 0xffff, w3 >>> 16];
-}
-
-/** numpy's PCG64 bit generator (XSL-RR output), seeded as PCG64(seed) is: next64, next32. */
+/** numpy's PCG64 bit generator (XSL-RR output), seeded as PCG64(seed) is: next64, next32, fill.
+ * The 128-bit state is four unsigned 32-bit words held in doubles (w0 least significant). */
 export class PCG64 {
   constructor(seed) {
-    const w = seedState(seed); // words of the four uint64: [s0 lo, s0 hi, s1 lo, s1 hi, i0 lo, i0 hi, i1 lo, i1 hi]
-    const initState = limbs(w[1], w[0], w[3], w[2]); // (s0 << 64) | s1
-    const initSeq = limbs(w[5], w[4], w[7], w[6]); // (i0 << 64) | i1
-    // inc = (initseq << 1) | 1, mod 2**128
-    this.inc = new Float64Array(8);
-    let carry = 1;
-    for (let k = 0; k < 8; k++) {
-      const v = initSeq[k] * 2 + carry;
-      this.inc[k] = v & 0xffff;
-      carry = v >>> 16;
-    }
-    this.s = new Float64Array(8); // state 0
-    this.hasHalf = false;
-    this.half = 0;
-    this.hi = 0; // the last 64-bit output, as two 32-bit halves
-    this.lo = 0;
+    // The state (w0..w3), the increment (i0..i3), the unused 32-bit half and the last 64-bit output
+    // (two unsigned 32-bit halves) live in one Float64Array: fields that change from small integers
+    // to doubles would make V8 throw away the hot loop's optimised code again and again.
+    this.st = new Float64Array(STATE_SLOTS);
+    const w = seedState(seed); // the four uint64 as [lo, hi] pairs: s_hi, s_lo, inc_hi, inc_lo
+    // inc = (initseq << 1) | 1 with initseq = (w[4..5] << 64) | w[6..7]
+    const seq = [w[6], w[7], w[4], w[5]]; // least significant first
+    this.st[I0] = ((seq[0] << 1) | 1) >>> 0;
+    this.st[I1] = ((seq[1] << 1) | (seq[0] >>> 31)) >>> 0;
+    this.st[I2] = ((seq[2] << 1) | (seq[1] >>> 31)) >>> 0;
+    this.st[I3] = ((seq[3] << 1) | (seq[2] >>> 31)) >>> 0;
     this.step();
-    carry = 0;
-    for (let k = 0; k < 8; k++) {
-      const v = this.s[k] + initState[k] + carry;
-      this.s[k] = v & 0xffff;
-      carry = v >>> 16;
-    }
+    const init = [w[2], w[3], w[0], w[1]]; // initstate = (w[0..1] << 64) | w[2..3], least significant first
+    let r = this.st[W0] + init[0];
+    let k = r >= M32 ? 1 : 0;
+    this.st[W0] = r - k * M32;
+    r = this.st[W1] + init[1] + k;
+    k = r >= M32 ? 1 : 0;
+    this.st[W1] = r - k * M32;
+    r = this.st[W2] + init[2] + k;
+    k = r >= M32 ? 1 : 0;
+    this.st[W2] = r - k * M32;
+    this.st[W3] = (this.st[W3] + init[3] + k) >>> 0;
     this.step();
   }
 
-  /** state = state * multiplier + inc (mod 2**128). */
+  /** state = state * multiplier + inc (mod 2**128): products of 32-bit words, each high half formed
+   * exactly from 16-bit halves of the multiplier (every partial sum below 2**53), the low halves by
+   * Math.imul. */
   step() {
-    const s = this.s;
-    const c = this.inc;
-    const s0 = s[0]; const s1 = s[1]; const s2 = s[2]; const s3 = s[3];
-    const s4 = s[4]; const s5 = s[5]; const s6 = s[6]; const s7 = s[7];
-    let t = s0 * A0 + c[0];
-    s[0] = t & 0xffff;
-    t = (t - s[0]) / 65536 + s0 * A1 + s1 * A0 + c[1];
-    s[1] = t & 0xffff;
-    t = (t - s[1]) / 65536 + s0 * A2 + s1 * A1 + s2 * A0 + c[2];
-    s[2] = t & 0xffff;
-    t = (t - s[2]) / 65536 + s0 * A3 + s1 * A2 + s2 * A1 + s3 * A0 + c[3];
-    s[3] = t & 0xffff;
-    t = (t - s[3]) / 65536 + s0 * A4 + s1 * A3 + s2 * A2 + s3 * A1 + s4 * A0 + c[4];
-    s[4] = t & 0xffff;
-    t = (t - s[4]) / 65536 + s0 * A5 + s1 * A4 + s2 * A3 + s3 * A2 + s4 * A1 + s5 * A0 + c[5];
-    s[5] = t & 0xffff;
-    t = (t - s[5]) / 65536 + s0 * A6 + s1 * A5 + s2 * A4 + s3 * A3 + s4 * A2 + s5 * A1 + s6 * A0 + c[6];
-    s[6] = t & 0xffff;
-    t = (t - s[6]) / 65536 + s0 * A7 + s1 * A6 + s2 * A5 + s3 * A4 + s4 * A3 + s5 * A2 + s6 * A1 + s7 * A0 + c[7];
-    s[7] = t & 0xffff;
+    const w0 = this.st[W0]; const w1 = this.st[W1]; const w2 = this.st[W2]; const w3 = this.st[W3];
+    const h00 = Math.floor((w0 * M0H + Math.floor(w0 * M0L * INV16)) * INV16);
+    const h01 = Math.floor((w0 * M1H + Math.floor(w0 * M1L * INV16)) * INV16);
+    const h10 = Math.floor((w1 * M0H + Math.floor(w1 * M0L * INV16)) * INV16);
+    const h02 = Math.floor((w0 * M2H + Math.floor(w0 * M2L * INV16)) * INV16);
+    const h11 = Math.floor((w1 * M1H + Math.floor(w1 * M1L * INV16)) * INV16);
+    const h20 = Math.floor((w2 * M0H + Math.floor(w2 * M0L * INV16)) * INV16);
+    let r = (Math.imul(w0, M0) >>> 0) + this.st[I0];
+    let k = r >= M32 ? 1 : 0;
+    this.st[W0] = r - k * M32;
+    r = h00 + (Math.imul(w0, M1) >>> 0) + (Math.imul(w1, M0) >>> 0) + this.st[I1] + k;
+    k = Math.floor(r * INV32);
+    this.st[W1] = r - k * M32;
+    r = h01 + h10 + (Math.imul(w0, M2) >>> 0) + (Math.imul(w1, M1) >>> 0) + (Math.imul(w2, M0) >>> 0) + this.st[I2] + k;
+    k = Math.floor(r * INV32);
+    this.st[W2] = r - k * M32;
+    this.st[W3] = (h02 + h11 + h20 + Math.imul(w0, M3) + Math.imul(w1, M2) + Math.imul(w2, M1) + Math.imul(w3, M0)
+      + this.st[I3] + k) >>> 0;
   }
 
-  /** One 64-bit output into this.hi and this.lo (unsigned 32-bit halves). */
+  /** One 64-bit output into this.st[HI] and this.st[LO]: XSL-RR of the stepped state, (high 64 bits xor
+   * low 64 bits) rotated right by the state's top six bits. */
   next64() {
     this.step();
-    const s = this.s;
-    const xh = (((s[7] << 16) | s[6]) ^ ((s[3] << 16) | s[2])) >>> 0;
-    const xl = (((s[5] << 16) | s[4]) ^ ((s[1] << 16) | s[0])) >>> 0;
-    let r = s[7] >>> 10; // the state's top six bits
-    let h = xh;
-    let l = xl;
+    let h = (this.st[W3] ^ this.st[W1]) >>> 0;
+    let l = (this.st[W2] ^ this.st[W0]) >>> 0;
+    let r = this.st[W3] >>> 26;
     if (r >= 32) {
-      h = xl;
-      l = xh;
+      const t = h;
+      h = l;
+      l = t;
       r -= 32;
     }
     if (r === 0) {
-      this.hi = h;
-      this.lo = l;
+      this.st[HI] = h;
+      this.st[LO] = l;
     } else {
-      this.hi = ((h >>> r) | (l << (32 - r))) >>> 0;
-      this.lo = ((l >>> r) | (h << (32 - r))) >>> 0;
+      this.st[HI] = ((h >>> r) | (l << (32 - r))) >>> 0;
+      this.st[LO] = ((l >>> r) | (h << (32 - r))) >>> 0;
     }
   }
 
   /** One 32-bit draw: the low half of a fresh 64-bit output, then its high half. */
   next32() {
-    if (this.hasHalf) {
-      this.hasHalf = false;
-      return this.half;
+    if (this.st[HAS_HALF] === 1) {
+      this.st[HAS_HALF] = 0;
+      return this.st[HALF];
     }
     this.next64();
-    this.hasHalf = true;
-    this.half = this.hi;
-    return this.lo;
+    this.st[HAS_HALF] = 1;
+    this.st[HALF] = this.st[HI];
+    return this.st[LO];
+  }
+
+  /** Lemire's bounded draw on 32-bit draws, n < 2**32 - 1: m = x * n, leftover = m mod 2**32, the
+   * draw m >> 32, rejected while leftover < (2**32 - n) mod n; the 64-bit product formed from 16-bit
+   * halves of x, exactly. The hot loop of the bootstrap: step() and next64() written out in line on
+   * locals (object fields holding doubles cost a load and a store each, three times the arithmetic). */
+  fillLemire32(out, n) {
+    const len = out.length;
+    const threshold = (M32 - n) % n;
+    const st = this.st;
+    const i0 = st[I0]; const i1 = st[I1]; const i2 = st[I2]; const i3 = st[I3];
+    let w0 = st[W0]; let w1 = st[W1]; let w2 = st[W2]; let w3 = st[W3];
+    let hasHalf = st[HAS_HALF] === 1;
+    let half = st[HALF];
+    let hi = st[HI];
+    let lo = st[LO];
+    for (let i = 0; i < len; i++) {
+      let x;
+      let leftover;
+      do {
+        if (hasHalf) {
+          hasHalf = false;
+          x = half;
+        } else {
+          const h00 = Math.floor((w0 * M0H + Math.floor(w0 * M0L * INV16)) * INV16);
+          const h01 = Math.floor((w0 * M1H + Math.floor(w0 * M1L * INV16)) * INV16);
+          const h10 = Math.floor((w1 * M0H + Math.floor(w1 * M0L * INV16)) * INV16);
+          const h02 = Math.floor((w0 * M2H + Math.floor(w0 * M2L * INV16)) * INV16);
+          const h11 = Math.floor((w1 * M1H + Math.floor(w1 * M1L * INV16)) * INV16);
+          const h20 = Math.floor((w2 * M0H + Math.floor(w2 * M0L * INV16)) * INV16);
+          let t = (Math.imul(w0, M0) >>> 0) + i0;
+          let k = t >= M32 ? 1 : 0;
+          const n0 = t - k * M32;
+          t = h00 + (Math.imul(w0, M1) >>> 0) + (Math.imul(w1, M0) >>> 0) + i1 + k;
+          k = Math.floor(t * INV32);
+          const n1 = t - k * M32;
+          t = h01 + h10 + (Math.imul(w0, M2) >>> 0) + (Math.imul(w1, M1) >>> 0) + (Math.imul(w2, M0) >>> 0) + i2 + k;
+          k = Math.floor(t * INV32);
+          const n2 = t - k * M32;
+          w3 = (h02 + h11 + h20 + Math.imul(w0, M3) + Math.imul(w1, M2) + Math.imul(w2, M1) + Math.imul(w3, M0) + i3 + k) >>> 0;
+          w0 = n0; w1 = n1; w2 = n2;
+          let h = (w3 ^ w1) >>> 0;
+          let l = (w2 ^ w0) >>> 0;
+          let rot = w3 >>> 26;
+          if (rot >= 32) {
+            const swap = h;
+            h = l;
+            l = swap;
+            rot -= 32;
+          }
+          if (rot === 0) {
+            hi = h;
+            lo = l;
+          } else {
+            hi = ((h >>> rot) | (l << (32 - rot))) >>> 0;
+            lo = ((l >>> rot) | (h << (32 - rot))) >>> 0;
+          }
+          hasHalf = true;
+          half = hi;
+          x = lo;
+        }
+        leftover = Math.imul(x, n) >>> 0;
+      } while (leftover < threshold);
+      out[i] = Math.floor(((x >>> 16) * n + Math.floor((x & 0xffff) * n * INV16)) * INV16);
+    }
+    st[W0] = w0; st[W1] = w1; st[W2] = w2; st[W3] = w3;
+    st[HAS_HALF] = hasHalf ? 1 : 0;
+    st[HALF] = half;
+    st[HI] = hi;
+    st[LO] = lo;
   }
 
   /** One 64-bit output as a BigInt. */
   next64Big() {
     this.next64();
-    return (BigInt(this.hi) << 32n) | BigInt(this.lo);
+    return (BigInt(this.st[HI]) << 32n) | BigInt(this.st[LO]);
   }
 
   /** `out.length` draws of integers(0, n) into `out` (a Uint32Array when n <= 2**32, else a
@@ -198,37 +268,19 @@ export class PCG64 {
       const threshold = ((1n << 64n) - big) % big;
       for (let i = 0; i < len; i++) {
         let m = this.next64Big() * big;
-        let leftover = m & 0xffffffffffffffffn;
-        if (leftover < big) {
-          while (leftover < threshold) {
-            m = this.next64Big() * big;
-            leftover = m & 0xffffffffffffffffn;
-          }
-        }
+        while ((m & 0xffffffffffffffffn) < threshold) m = this.next64Big() * big;
         out[i] = Number(m >> 64n);
       }
     }
     return out;
   }
-
-  /** Lemire's bounded draw on 32-bit draws, n < 2**32: m = x * n, leftover = m mod 2**32, the draw
-   * m >> 32; rejected while leftover < (2**32 - n) mod n. The 64-bit product is formed from 16-bit
-   * halves of x, exactly, in doubles. */
-  fillLemire32(out, n) {
-    const len = out.length;
-    const threshold = (M32 - n) % n;
-    for (let i = 0; i < len; i++) {
-      for (;;) {
-        const x = this.next32();
-        const leftover = Math.imul(x, n) >>> 0;
-        if (leftover < n && leftover < threshold) continue;
-        const high = (x >>> 16) * n + Math.floor(((x & 0xffff) * n) / 65536);
-        out[i] = Math.floor(high / 65536);
-        break;
-      }
-    }
-  }
 }
+
+// The hot loop runs once, whole, on a throwaway generator when the module loads: V8 then has type
+// feedback for every statement of it (the draw's store, the rejection, the state's write-back) when
+// it optimises the loop in the middle of a long row; without it, that optimised code was thrown away
+// at the end of every row, and the rows were drawn at half speed.
+new PCG64(0).fill(new Uint32Array(64), 0x80000001);
 
 /**
  * The rows of integers(0, n, size=(resamples, n)) for PCG64(seed), in order: yields `resamples`
