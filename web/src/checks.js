@@ -1107,6 +1107,7 @@ async function stabilityRefit(ctx) {
   const cal = ctx.table('calibration');
   const audit = ctx.table('audit');
   const [calibration, auditSha, temperature] = await Promise.all(['data/predictions/calibration.parquet', 'data/predictions/audit.parquet', 'data/temperature.json'].map((p) => ctx.sha(p)));
+  const main = ctx.doc('data/temperature.json').temperature; // read before any comparison, as Python does
   const problems = [];
   const header = [['calibration_predictions_sha256', calibration], ['audit_predictions_sha256', auditSha], ['temperature_sha256', temperature],
     ['calibration_n', cal.n], ['audit_n', audit.n], ['t_min', fit.t_min], ['t_max', fit.t_max], ['steps', fit.steps]];
@@ -1122,7 +1123,6 @@ async function stabilityRefit(ctx) {
     problems.push(`sizes ${JSON.stringify(doc.sizes.map((e) => e.m))} skipped ${JSON.stringify(doc.skipped_sizes)}, the protocol's ${JSON.stringify(sizes)} on ${cal.n} rows give ${JSON.stringify(fitted)} skipped ${JSON.stringify(skipped)}`);
   }
   if (problems.length) throw new bag.Failed(`stability.json: ${problems.slice(0, 3).join('; ')}.`);
-  const main = ctx.doc('data/temperature.json').temperature;
   for (const entry of doc.sizes) {
     const { m } = entry;
     const sub = prefix(cal, m);

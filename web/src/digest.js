@@ -115,6 +115,11 @@ export class Int64Sha256 {
   }
 }
 
+// The row loop runs once, whole, when the module loads: V8 then has type feedback for the write-back
+// after it when it optimises the loop in the middle of a long row (without it, that optimised code
+// was thrown away at the end of every row).
+new Int64Sha256().update(new Uint32Array(24));
+
 /** Lowercase hex SHA-256 of `bytes` (a Uint8Array), computed here. */
 export function sha256Sync(bytes) {
   const len = bytes.length;
