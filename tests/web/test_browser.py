@@ -323,17 +323,19 @@ def _figures_agree(case: Case, figures: dict[str, Any]) -> None:
     _close(figures["bounds"], _bounds(protocol, temperature, json.loads((bag / layout.METRICS_JSON).read_bytes()),
                                       pools), f"{case.name} reproduction_bounds")
     if (bag / layout.BOOTSTRAP_JSON).is_file():
-        _close(figures["bootstrap"], _bootstrap(json.loads((bag / layout.BOOTSTRAP_JSON).read_bytes()), pools["audit"]),
-               f"{case.name} bootstrap")
+        recorded = json.loads((bag / layout.BOOTSTRAP_JSON).read_bytes())
+        _close(figures["bootstrap"], _bootstrap(recorded, pools["audit"]), f"{case.name} bootstrap")
     if (bag / layout.STABILITY_JSON).is_file():
         stability = json.loads((bag / layout.STABILITY_JSON).read_bytes())
         audit = pools["audit"]
         assert [e["m"] for e in figures["stability"]["sizes"]] == [e["m"] for e in stability["sizes"]], case.name
-        _close(figures["stability"]["audit_nll_raw"], numerics.mean_nll(audit.z, audit.y, 1.0), f"{case.name} stability")
+        _close(figures["stability"]["audit_nll_raw"], numerics.mean_nll(audit.z, audit.y, 1.0),
+               f"{case.name} stability")
         for found, entry in zip(figures["stability"]["sizes"], stability["sizes"], strict=True):
             z, y = cal.z[:entry["m"]], cal.y[:entry["m"]]
             # the job fits each subset by the protocol's bisection, as the page does
-            assert abs(found["temperature"] - entry["temperature"]) <= FIGURE_TOL * entry["temperature"], (case.name, found)
+            assert abs(found["temperature"] - entry["temperature"]) <= FIGURE_TOL * entry["temperature"], (
+                case.name, found)
             _close(found, {"calibration_nll_after": numerics.mean_nll(z, y, entry["beta"]),
                            "audit_nll": numerics.mean_nll(audit.z, audit.y, entry["beta"])},
                    f"{case.name} stability m={entry['m']}")
@@ -346,7 +348,8 @@ def _bootstrap(doc: dict[str, Any], audit: Any) -> dict[str, Any]:
 
     z, y, n = audit.z, audit.y, len(audit.y)
     digest = hashlib.sha256()
-    (nll_r, brier_r, gap_r), (nll_c, brier_c, gap_c) = bootstrap.row_terms(z, y, 1.0), bootstrap.row_terms(z, y, doc["beta"])
+    nll_r, brier_r, gap_r = bootstrap.row_terms(z, y, 1.0)
+    nll_c, brier_c, gap_c = bootstrap.row_terms(z, y, doc["beta"])
     columns = np.column_stack([nll_r, nll_c, brier_r, brier_c, gap_r, gap_c])
     bins = gap_r.shape[1]
     sums = bootstrap.block_sums(doc["seed"], doc["resamples"], n, columns, digest) / n
@@ -355,7 +358,8 @@ def _bootstrap(doc: dict[str, Any], audit: Any) -> dict[str, Any]:
     whole_raw, whole_cal = numerics.metric_set(z, y, 1.0, 0.9), numerics.metric_set(z, y, doc["beta"], 0.9)
     differences = {}
     for metric in doc["differences"]:
-        lower, upper = (float(v) for v in np.quantile(parts[metric], doc["interval"]["quantiles"], method="linear"))
+        quantiles = doc["interval"]["quantiles"]
+        lower, upper = (float(v) for v in np.quantile(parts[metric], quantiles, method="linear"))
         differences[metric] = {"point": whole_cal[metric] - whole_raw[metric], "lower": lower, "upper": upper}
     return {"indices_sha256": digest.hexdigest(), "differences": differences}
 
