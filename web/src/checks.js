@@ -1143,7 +1143,7 @@ async function stabilityRefit(ctx) {
   }
   if (problems.length) throw new bag.Failed(`stability differs from the logits: ${problems.slice(0, 3).join('; ')}.`);
   const temps = doc.sizes.map((e) => `m=${e.m}: T=${e.temperature.toFixed(4)}`).join(', ');
-  return `${doc.sizes.length} nested subsets re-fitted by the protocol's bisection within ${REFIT_REL_TOL}; NLLs within ${METRIC_TOL} (${temps || 'none fitted'})`;
+  return `${doc.sizes.length} nested subsets re-fitted by the protocol's bisection within ${REFIT_REL_TOL.toExponential(0)} relative; NLLs within ${METRIC_TOL} (${temps || 'none fitted'})`;
 }
 
 /** Every claim of the signed predicate restates the payload, this page's schemas and the signer. */
