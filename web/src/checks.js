@@ -1064,11 +1064,13 @@ async function bootstrapRecord(ctx) {
  * tolerance (verify/bootstrap.py: 1e-9). */
 async function bootstrapIntervals(ctx) {
   const doc = ctx.doc('data/bootstrap.json');
+  // Python runs it only once both predictions tables are read (payload.predictions); skipped otherwise.
+  ctx.table('calibration');
+  const audit = ctx.table('audit');
   const dims = protocolDims(ctx, ctx.doc('data/protocol.json'));
   if (!dims) throw new bag.Failed("not recomputed: the protocol's sizes are beyond the verifier's bounds (see protocol.bounds).");
   // The record's count sizes the matrix drawn here: it may not exceed what the (bounded) protocol asks.
   if (doc.resamples !== dims.resamples) throw new bag.Failed(`bootstrap.json asks for ${Number(doc.resamples).toLocaleString('en-US')} resamples, the protocol for ${Number(dims.resamples).toLocaleString('en-US')}; not recomputed.`);
-  const audit = ctx.table('audit');
   const seed = BigInt(ctx.rawOf('data/bootstrap.json').get('seed').token); // any size, exactly as written
   const found = await pairedBootstrap(audit, doc.beta, seed, doc.resamples, yieldToPage);
   const figures = { indices_sha256: found.indicesSha256, differences: {} };
@@ -1102,10 +1104,10 @@ const prefix = (pool, m) => ({ n: m, k: pool.k, z: pool.z.subarray(0, m * pool.k
 async function stabilityRefit(ctx) {
   const doc = ctx.doc('data/stability.json');
   const protocol = ctx.doc('data/protocol.json');
+  const cal = ctx.table('calibration'); // both tables first: Python skips the check without them
+  const audit = ctx.table('audit');
   if (!protocolDims(ctx, protocol)) throw new bag.Failed("not recomputed: the protocol's sizes are beyond the verifier's bounds (see protocol.bounds).");
   const { stability: spec, fit } = protocol;
-  const cal = ctx.table('calibration');
-  const audit = ctx.table('audit');
   const [calibration, auditSha, temperature] = await Promise.all(['data/predictions/calibration.parquet', 'data/predictions/audit.parquet', 'data/temperature.json'].map((p) => ctx.sha(p)));
   const main = ctx.doc('data/temperature.json').temperature; // read before any comparison, as Python does
   const problems = [];
