@@ -76,24 +76,38 @@ export class Int64Sha256 {
     this.count = 0; // integers hashed
   }
 
-  /** Feed every value of `row` (a Uint32Array, or a Float64Array of integers below 2**53). */
+  /** Feed every value of `row` (a Uint32Array, or a Float64Array of integers below 2**53). The
+   * words go straight into the shared schedule W; a partial block is kept aside between calls (the
+   * page's other SHA-256 uses W too). */
   update(row) {
-    const block = this.block;
     const h = this.h;
     let used = this.used;
+    for (let t = 0; t < used; t++) W[t] = this.block[t];
     const len = row.length;
-    const small = row instanceof Uint32Array;
-    for (let i = 0; i < len; i++) {
-      const v = row[i];
-      block[used] = bswap(small ? v : v % 0x100000000);
-      block[used + 1] = small ? 0 : bswap(Math.floor(v / 0x100000000));
-      used += 2;
-      if (used === 16) {
-        W.set(block);
-        compress(h);
-        used = 0;
+    if (row instanceof Uint32Array) {
+      for (let i = 0; i < len; i++) {
+        const v = row[i];
+        W[used] = ((v & 0xff) << 24) | ((v & 0xff00) << 8) | ((v >>> 8) & 0xff00) | (v >>> 24);
+        W[used + 1] = 0;
+        used += 2;
+        if (used === 16) {
+          compress(h);
+          used = 0;
+        }
+      }
+    } else {
+      for (let i = 0; i < len; i++) {
+        const v = row[i];
+        W[used] = bswap(v % 0x100000000);
+        W[used + 1] = bswap(Math.floor(v / 0x100000000));
+        used += 2;
+        if (used === 16) {
+          compress(h);
+          used = 0;
+        }
       }
     }
+    for (let t = 0; t < used; t++) this.block[t] = W[t];
     this.used = used;
     this.count += len;
   }
