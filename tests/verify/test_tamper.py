@@ -8,6 +8,7 @@ key re-seal with it, and the recomputation from the logits must still catch them
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 import os
 import shutil
@@ -614,6 +615,15 @@ TAMPERS: dict[str, tuple[Callable[[Path, Keys], None], str, str]] = {
         "bootstrap.intervals", "verdict"),
     "bootstrap-seed-changed": (with_key(edit(layout.BOOTSTRAP_JSON, bump_metric(["seed"], 1))),
                                "bootstrap.record", "seed"),
+    "bootstrap-upper-edited": (with_key(edit(layout.BOOTSTRAP_JSON, bump_metric(
+        ["differences", "ece", "upper"], 1e-6))), "bootstrap.intervals", "ece.upper"),
+    "bootstrap-point-edited": (with_key(edit(layout.BOOTSTRAP_JSON, bump_metric(
+        ["differences", "brier", "point"], 1e-7))), "bootstrap.intervals", "brier.point"),
+    "bootstrap-indices-sha-edited": (with_key(edit(layout.BOOTSTRAP_JSON, lambda d: d.update(
+        indices_sha256=hashlib.sha256(d["indices_sha256"].encode()).hexdigest()))),
+        "bootstrap.intervals", "indices_sha256"),
+    "stability-audit-nll-edited": (with_key(edit(layout.STABILITY_JSON, bump_metric(
+        ["sizes", 0, "audit_nll"], 1e-6))), "stability.refit", "audit_nll"),
     "stability-temperature-edited": (with_key(edit(layout.STABILITY_JSON, lambda d: d[
         "sizes"][0].update(temperature=d["sizes"][0]["temperature"] * 1.01,
                            beta=1 / (d["sizes"][0]["temperature"] * 1.01)))),

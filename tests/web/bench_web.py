@@ -6,10 +6,11 @@ the Python verifier on the same archive, and print the page's size gzipped.
 The bundle is synthetic (tests/synthetic.py): the repository's protocol with an empty explore pool and the
 rows split evenly between the calibration and the audit pool, signed with a fresh key and archived by `job
 archive`. Without --bootstrap the protocol's bootstrap and stability sections (and the estimators' bootstrap
-intervals) are dropped: the page does not perform those checks, and the synthetic writer's bootstrap over
-25,000 rows takes minutes. Prints, per run, the page's own time from the archive chosen to the verdict
-(`seconds`), the time until the verdict was read back (`wall`) and the renderer's CPU time over it (all its
-threads, and its main thread), which a loaded machine inflates far less than the wall time. Not a test:
+intervals) are dropped: the synthetic writer's bootstrap over 25,000 rows takes minutes (reuse it with
+--workdir), and the page's recomputation of a 2,000 x 25,000 resample matrix is timed apart that way.
+Prints, per run, the page's own time from the archive chosen to the verdict (`seconds`), the time until
+the verdict was read back (`wall`) and the renderer's CPU time over it (all its threads, and its main
+thread), which a loaded machine inflates far less than the wall time. Not a test:
 timings depend on the machine. Needs chromium and web/node_modules (make web). With --workdir the bundle, its
 archive and its key are kept in DIR and reused by the next run with the same DIR (to time the page alone,
 again)."""

@@ -13,6 +13,7 @@ where they fail: CI installs all three (.ci/run)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -297,7 +298,8 @@ def test_the_page_agrees_with_python_on_a_50000_row_job_bundle(browser_ready: No
 
 
 def _figures_agree(case: Case, figures: dict[str, Any]) -> None:
-    """The page's recomputed metrics, NLLs and refitted temperature equal Python's to 1e-12."""
+    """The page's recomputed metrics, NLLs and refitted temperatures, the bootstrap's matrix digest and
+    intervals and the stability study's NLLs equal Python's to 1e-12."""
     bag = case.path
     if bag.is_file():
         return  # the same bag as its folder case
@@ -320,6 +322,46 @@ def _figures_agree(case: Case, figures: dict[str, Any]) -> None:
         _close(figures["perClass"][pool], _per_class(data.z, data.y, k), f"{case.name} per_class.{pool}")
     _close(figures["bounds"], _bounds(protocol, temperature, json.loads((bag / layout.METRICS_JSON).read_bytes()),
                                       pools), f"{case.name} reproduction_bounds")
+    if (bag / layout.BOOTSTRAP_JSON).is_file():
+        recorded = json.loads((bag / layout.BOOTSTRAP_JSON).read_bytes())
+        _close(figures["bootstrap"], _bootstrap(recorded, pools["audit"]), f"{case.name} bootstrap")
+    if (bag / layout.STABILITY_JSON).is_file():
+        stability = json.loads((bag / layout.STABILITY_JSON).read_bytes())
+        audit = pools["audit"]
+        assert [e["m"] for e in figures["stability"]["sizes"]] == [e["m"] for e in stability["sizes"]], case.name
+        _close(figures["stability"]["audit_nll_raw"], numerics.mean_nll(audit.z, audit.y, 1.0),
+               f"{case.name} stability")
+        for found, entry in zip(figures["stability"]["sizes"], stability["sizes"], strict=True):
+            z, y = cal.z[:entry["m"]], cal.y[:entry["m"]]
+            # the job fits each subset by the protocol's bisection, as the page does
+            assert abs(found["temperature"] - entry["temperature"]) <= FIGURE_TOL * entry["temperature"], (
+                case.name, found)
+            _close(found, {"calibration_nll_after": numerics.mean_nll(z, y, entry["beta"]),
+                           "audit_nll": numerics.mean_nll(audit.z, audit.y, entry["beta"])},
+                   f"{case.name} stability m={entry['m']}")
+
+
+def _bootstrap(doc: dict[str, Any], audit: Any) -> dict[str, Any]:
+    """indices_sha256 and each metric's point, lower and upper by the Python verifier's functions
+    (verify/bootstrap.py): the matrix drawn by numpy, scored through draw counts."""
+    from verify import bootstrap
+
+    z, y, n = audit.z, audit.y, len(audit.y)
+    digest = hashlib.sha256()
+    nll_r, brier_r, gap_r = bootstrap.row_terms(z, y, 1.0)
+    nll_c, brier_c, gap_c = bootstrap.row_terms(z, y, doc["beta"])
+    columns = np.column_stack([nll_r, nll_c, brier_r, brier_c, gap_r, gap_c])
+    bins = gap_r.shape[1]
+    sums = bootstrap.block_sums(doc["seed"], doc["resamples"], n, columns, digest) / n
+    parts = {"nll": sums[:, 1] - sums[:, 0], "brier": sums[:, 3] - sums[:, 2],
+             "ece": np.abs(sums[:, 4 + bins:]).sum(axis=1) - np.abs(sums[:, 4:4 + bins]).sum(axis=1)}
+    whole_raw, whole_cal = numerics.metric_set(z, y, 1.0, 0.9), numerics.metric_set(z, y, doc["beta"], 0.9)
+    differences = {}
+    for metric in doc["differences"]:
+        quantiles = doc["interval"]["quantiles"]
+        lower, upper = (float(v) for v in np.quantile(parts[metric], quantiles, method="linear"))
+        differences[metric] = {"point": whole_cal[metric] - whole_raw[metric], "lower": lower, "upper": upper}
+    return {"indices_sha256": digest.hexdigest(), "differences": differences}
 
 
 def _per_class(z: np.ndarray, y: np.ndarray, k: int) -> dict[str, Any]:

@@ -29,7 +29,8 @@ const get = (node, ...keys) => keys.reduce((n, k) => {
   return n.get(k);
 }, node);
 
-/** The protocol's sizes, or null when one is missing, not an integer or beyond the bounds. */
+/** The protocol's sizes ({rows, classes, steps, sizes: pool -> size, resamples: the bootstrap's, null
+ * without one}), or null when one is missing, not an integer or beyond the bounds. */
 export function dimensions(bytes) {
   try {
     const p = parseRaw(bytes, PROTOCOL);
@@ -42,8 +43,9 @@ export function dimensions(bytes) {
     const pools = get(p, 'split', 'pools');
     if (!Array.isArray(pools)) throw new OutOfBounds();
     const sizes = new Map(pools.map((e) => [String(get(e, 'name')), int(get(e, 'size'), 0, LIMIT.rows)]));
+    let resamples = null;
     if (p.has('bootstrap')) {
-      const resamples = int(get(p, 'bootstrap', 'resamples'), 1, LIMIT.resamples);
+      resamples = int(get(p, 'bootstrap', 'resamples'), 1, LIMIT.resamples);
       const pool = p.get('bootstrap') instanceof Map ? p.get('bootstrap').get('pool') : undefined;
       const n = sizes.has(String(pool)) ? sizes.get(String(pool)) : rows;
       if (resamples * n > LIMIT.resampleCells) throw new OutOfBounds();
@@ -54,7 +56,7 @@ export function dimensions(bytes) {
       if (count > LIMIT.stabilitySizes) throw new OutOfBounds();
     }
     if ([...sizes.values()].reduce((a, b) => a + b, 0) > rows) throw new OutOfBounds();
-    return { rows, classes, steps, sizes };
+    return { rows, classes, steps, sizes, resamples };
   } catch {
     return null;
   }

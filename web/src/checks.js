@@ -18,6 +18,7 @@ import { checkFiles, checkPublication, checkRun, checkSigner, parseCrate, same a
 import { counts, expectedClassWarnings, expectedRecord, checkPermutation, pct } from './perclass.js';
 import SCHEMAS, { FORMAT_DIGESTS, SCHEMA_SHA256 } from './schemas.generated.js';
 import { checkClaims } from './claims.js';
+import { intervalVerdict, pairedBootstrap, quantileLinear } from './bootstrap.js';
 
 export const NOT_HERE = 'not checked here: run the Python verifier';
 export const VERDICTS = {
@@ -1058,6 +1059,95 @@ async function bootstrapRecord(ctx) {
   return `${doc.resamples} resamples of the ${n} audit rows, seed ${doc.seed}, at this temperature and these predictions`;
 }
 
+/** The resample matrix drawn again from the seed (pcg64.js), every resample scored raw and
+ * calibrated, the quantile intervals and the verdicts (bootstrap.js), within the Python verifier's
+ * tolerance (verify/bootstrap.py: 1e-9). */
+async function bootstrapIntervals(ctx) {
+  const doc = ctx.doc('data/bootstrap.json');
+  // Python runs it only once both predictions tables are read (payload.predictions); skipped otherwise.
+  ctx.table('calibration');
+  const audit = ctx.table('audit');
+  const dims = protocolDims(ctx, ctx.doc('data/protocol.json'));
+  if (!dims) throw new bag.Failed("not recomputed: the protocol's sizes are beyond the verifier's bounds (see protocol.bounds).");
+  // The record's count sizes the matrix drawn here: it may not exceed what the (bounded) protocol asks.
+  if (doc.resamples !== dims.resamples) throw new bag.Failed(`bootstrap.json asks for ${Number(doc.resamples).toLocaleString('en-US')} resamples, the protocol for ${Number(dims.resamples).toLocaleString('en-US')}; not recomputed.`);
+  const seed = BigInt(ctx.rawOf('data/bootstrap.json').get('seed').token); // any size, exactly as written
+  const found = await pairedBootstrap(audit, doc.beta, seed, doc.resamples, yieldToPage);
+  const figures = { indices_sha256: found.indicesSha256, differences: {} };
+  ctx.figures.bootstrap = figures;
+  if (found.indicesSha256 !== doc.indices_sha256) throw new bag.Failed(`indices_sha256 is ${String(doc.indices_sha256).slice(0, 16)}…, the protocol's generator gives ${found.indicesSha256.slice(0, 16)}….`);
+  const whole = { raw: metricSet(audit, 1, 0.9), calibrated: metricSet(audit, doc.beta, 0.9) };
+  const [qLow, qHigh] = doc.interval.quantiles;
+  const problems = [];
+  for (const [metric, recorded] of Object.entries(doc.differences)) {
+    const sorted = found[metric].slice().sort();
+    const want = { point: whole.calibrated[metric] - whole.raw[metric], lower: quantileLinear(sorted, qLow), upper: quantileLinear(sorted, qHigh) };
+    figures.differences[metric] = want;
+    for (const key of ['point', 'lower', 'upper']) {
+      if (!(Math.abs(recorded[key] - want[key]) <= METRIC_TOL)) problems.push(`${metric}.${key}: bundle ${recorded[key]}, recomputed ${want[key]}`);
+    }
+    const verdict = intervalVerdict(recorded.lower, recorded.upper);
+    if (recorded.verdict !== verdict) problems.push(`${metric}.verdict is '${recorded.verdict}' for the interval [${recorded.lower}, ${recorded.upper}], the rule gives '${verdict}'`);
+  }
+  if (problems.length) throw new bag.Failed(`bootstrap differs from the logits: ${problems.slice(0, 3).join('; ')}.`);
+  const signed = (v) => `${v >= 0 ? '+' : ''}${v.toFixed(4)}`;
+  const summary = Object.entries(doc.differences).map(([m, f]) => `${m} ${signed(f.point)} [${signed(f.lower)}, ${signed(f.upper)}] ${f.verdict}`).join(', ');
+  return `${doc.resamples} x ${audit.n} resample matrix drawn from seed ${seed} (its sha256 equal) and every interval recomputed within ${METRIC_TOL}: ${summary}`;
+}
+
+/** The first m rows of a pool, without copying. */
+const prefix = (pool, m) => ({ n: m, k: pool.k, z: pool.z.subarray(0, m * pool.k), y: pool.y.subarray(0, m) });
+
+/** The calibration-size stability study: each nested prefix of the calibration pool re-fitted by the
+ * protocol's bisection (the one fit.refit runs), its NLLs recomputed, within the Python verifier's
+ * tolerances (verify/stability.py: 1e-9 for NLLs, 1e-6 relative for temperatures). */
+async function stabilityRefit(ctx) {
+  const doc = ctx.doc('data/stability.json');
+  const protocol = ctx.doc('data/protocol.json');
+  const cal = ctx.table('calibration'); // both tables first: Python skips the check without them
+  const audit = ctx.table('audit');
+  if (!protocolDims(ctx, protocol)) throw new bag.Failed("not recomputed: the protocol's sizes are beyond the verifier's bounds (see protocol.bounds).");
+  const { stability: spec, fit } = protocol;
+  const [calibration, auditSha, temperature] = await Promise.all(['data/predictions/calibration.parquet', 'data/predictions/audit.parquet', 'data/temperature.json'].map((p) => ctx.sha(p)));
+  const main = ctx.doc('data/temperature.json').temperature; // read before any comparison, as Python does
+  const problems = [];
+  const header = [['calibration_predictions_sha256', calibration], ['audit_predictions_sha256', auditSha], ['temperature_sha256', temperature],
+    ['calibration_n', cal.n], ['audit_n', audit.n], ['t_min', fit.t_min], ['t_max', fit.t_max], ['steps', fit.steps]];
+  for (const [key, want] of header) if (!pyEqual(doc[key], want)) problems.push(`${key} is ${JSON.stringify(doc[key])}, expected ${JSON.stringify(want)}`);
+  const raw = meanNll(audit, 1);
+  const figures = { audit_nll_raw: raw, sizes: [] };
+  ctx.figures.stability = figures;
+  if (!(Math.abs(doc.audit_nll_raw - raw) <= METRIC_TOL)) problems.push(`audit_nll_raw is ${doc.audit_nll_raw}, recomputed ${raw}`);
+  const sizes = [...spec.sizes].sort((a, b) => a - b);
+  const fitted = sizes.filter((m) => m <= cal.n);
+  const skipped = sizes.filter((m) => m > cal.n);
+  if (!pyEqual(doc.sizes.map((e) => e.m), fitted) || !pyEqual(doc.skipped_sizes, skipped)) {
+    problems.push(`sizes ${JSON.stringify(doc.sizes.map((e) => e.m))} skipped ${JSON.stringify(doc.skipped_sizes)}, the protocol's ${JSON.stringify(sizes)} on ${cal.n} rows give ${JSON.stringify(fitted)} skipped ${JSON.stringify(skipped)}`);
+  }
+  if (problems.length) throw new bag.Failed(`stability.json: ${problems.slice(0, 3).join('; ')}.`);
+  for (const entry of doc.sizes) {
+    const { m } = entry;
+    const sub = prefix(cal, m);
+    const r = bisect(sub, fit.t_min, fit.t_max, fit.steps);
+    const after = meanNll(sub, entry.beta);
+    const auditNll = meanNll(audit, entry.beta);
+    figures.sizes.push({ m, temperature: r.temperature, calibration_nll_after: after, audit_nll: auditNll });
+    const where = `m = ${m}`;
+    const side = entry.boundary ? entry.boundary_side : null;
+    if (side !== r.boundarySide || entry.boundary !== (entry.boundary_side !== null)) problems.push(`${where}: boundary ${entry.boundary}/${JSON.stringify(entry.boundary_side)}, the re-fit finds ${JSON.stringify(r.boundarySide)}`);
+    const rel = Math.abs(entry.temperature - r.temperature) / r.temperature;
+    if (!(rel <= REFIT_REL_TOL)) problems.push(`${where}: temperature ${entry.temperature}, re-fit ${r.temperature} (relative difference ${rel.toExponential(1)})`);
+    if (!(Math.abs(entry.temperature - 1 / entry.beta) <= 4e-16 * entry.temperature)) problems.push(`${where}: temperature is not 1/beta`);
+    if (!(Math.abs(entry.calibration_nll_after - after) <= METRIC_TOL)) problems.push(`${where}: calibration_nll_after ${entry.calibration_nll_after}, recomputed ${after}`);
+    if (!(Math.abs(entry.audit_nll - auditNll) <= METRIC_TOL)) problems.push(`${where}: audit_nll ${entry.audit_nll}, recomputed ${auditNll}`);
+    if (m === cal.n && !(Math.abs(entry.temperature - main) <= 1e-12 * main)) problems.push(`${where} is the whole pool, yet its temperature ${entry.temperature} differs from temperature.json's ${main}`);
+    await yieldToPage();
+  }
+  if (problems.length) throw new bag.Failed(`stability differs from the logits: ${problems.slice(0, 3).join('; ')}.`);
+  const temps = doc.sizes.map((e) => `m=${e.m}: T=${e.temperature.toFixed(4)}`).join(', ');
+  return `${doc.sizes.length} nested subsets re-fitted by the protocol's bisection within ${REFIT_REL_TOL.toExponential(0)} relative; NLLs within ${METRIC_TOL} (${temps || 'none fitted'})`;
+}
+
 /** Every claim of the signed predicate restates the payload, this page's schemas and the signer. */
 async function predicateClaims(ctx) {
   ctx.doc('predicate');
@@ -1208,8 +1298,8 @@ const TABLE = [
   ['metrics.truncation', "truncation summary restates the predictions' token counts", truncationCheck, { when: (c) => !c.docs.has('data/metrics.json') || has(c, 'data/metrics.json', 'truncation') }],
   ['metrics.estimators', 'pre-registered estimators recomputed with their intervals', null, { when: (c) => !c.docs.has('data/protocol.json') || !c.docs.has('data/metrics.json') || has(c, 'data/metrics.json', 'estimators') || Boolean((c.docs.get('data/protocol.json').metrics || {}).estimators) }],
   ['bootstrap.record', 'bootstrap names this protocol, temperature and predictions', bootstrapRecord, { when: (c) => wants(c, 'bootstrap') }],
-  ['bootstrap.intervals', 'bootstrap resamples and intervals recomputed', null, { when: (c) => wants(c, 'bootstrap') }],
-  ['stability.refit', 'stability subsets re-fitted and NLLs recomputed', null, { when: (c) => wants(c, 'stability') }],
+  ['bootstrap.intervals', 'bootstrap resamples and intervals recomputed', bootstrapIntervals, { when: (c) => wants(c, 'bootstrap') }],
+  ['stability.refit', 'stability subsets re-fitted and NLLs recomputed', stabilityRefit, { when: (c) => wants(c, 'stability') }],
   ['predicate.claims', 'signed predicate states what the payload holds', predicateClaims, {}],
   ['report.tables', 'report.md tables restate the records', reportTables, {}],
   ['report.regenerated', "report.md is the verifier's rendering of the records", null, {}],

@@ -27,8 +27,112 @@ const K = new Uint32Array([
 ]);
 const W = new Int32Array(64);
 const SHORT = new Uint8Array(128);
+const SHORT_STATE = new Int32Array(8);
 
 const HEX = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, '0'));
+
+/** One SHA-256 block: `h` (Int32Array(8)) updated by the 16 big-endian words already in W[0..15]. */
+function compress(h) {
+  for (let t = 16; t < 64; t++) {
+    const x = W[t - 15];
+    const y = W[t - 2];
+    const s0 = ((x >>> 7) | (x << 25)) ^ ((x >>> 18) | (x << 14)) ^ (x >>> 3);
+    const s1 = ((y >>> 17) | (y << 15)) ^ ((y >>> 19) | (y << 13)) ^ (y >>> 10);
+    W[t] = (W[t - 16] + s0 + W[t - 7] + s1) | 0;
+  }
+  let a = h[0]; let c1 = h[1]; let c2 = h[2]; let d = h[3]; let e = h[4]; let f = h[5]; let g = h[6]; let hh = h[7];
+  for (let t = 0; t < 64; t++) {
+    const S1 = ((e >>> 6) | (e << 26)) ^ ((e >>> 11) | (e << 21)) ^ ((e >>> 25) | (e << 7));
+    const t1 = (hh + S1 + ((e & f) ^ (~e & g)) + K[t] + W[t]) | 0;
+    const S0 = ((a >>> 2) | (a << 30)) ^ ((a >>> 13) | (a << 19)) ^ ((a >>> 22) | (a << 10));
+    const t2 = (S0 + ((a & c1) ^ (a & c2) ^ (c1 & c2))) | 0;
+    hh = g; g = f; f = e; e = (d + t1) | 0; d = c2; c2 = c1; c1 = a; a = (t1 + t2) | 0;
+  }
+  h[0] = (h[0] + a) | 0; h[1] = (h[1] + c1) | 0; h[2] = (h[2] + c2) | 0; h[3] = (h[3] + d) | 0;
+  h[4] = (h[4] + e) | 0; h[5] = (h[5] + f) | 0; h[6] = (h[6] + g) | 0; h[7] = (h[7] + hh) | 0;
+}
+
+const INITIAL = [0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19];
+
+function hexOf(h) {
+  let out = '';
+  for (const x of h) out += HEX[(x >>> 24) & 255] + HEX[(x >>> 16) & 255] + HEX[(x >>> 8) & 255] + HEX[x & 255];
+  return out;
+}
+
+const bswap = (v) => ((v & 0xff) << 24) | ((v & 0xff00) << 8) | ((v >>> 8) & 0xff00) | (v >>> 24);
+
+/**
+ * SHA-256 of a stream of non-negative integers (below 2**53), each as 8 little-endian bytes (int64),
+ * fed a row at a time, in bounded memory: the bootstrap's indices_sha256 over its resample matrix,
+ * which may be hundreds of megabytes and is never held whole. WebCrypto's digest is one call over
+ * one buffer, so it cannot do this.
+ */
+export class Int64Sha256 {
+  constructor() {
+    this.h = Int32Array.from(INITIAL);
+    this.block = new Int32Array(16); // words of the block being filled (always an even count)
+    this.used = 0;
+    this.count = 0; // integers hashed
+  }
+
+  /** Feed every value of `row` (a Uint32Array, or a Float64Array of integers below 2**53). The
+   * words go straight into the shared schedule W; a partial block is kept aside between calls (the
+   * page's other SHA-256 uses W too). */
+  update(row) {
+    const h = this.h;
+    let used = this.used;
+    for (let t = 0; t < used; t++) W[t] = this.block[t];
+    const len = row.length;
+    if (row instanceof Uint32Array) {
+      for (let i = 0; i < len; i++) {
+        const v = row[i];
+        W[used] = ((v & 0xff) << 24) | ((v & 0xff00) << 8) | ((v >>> 8) & 0xff00) | (v >>> 24);
+        W[used + 1] = 0;
+        used += 2;
+        if (used === 16) {
+          compress(h);
+          used = 0;
+        }
+      }
+    } else {
+      for (let i = 0; i < len; i++) {
+        const v = row[i];
+        W[used] = bswap(v % 0x100000000);
+        W[used + 1] = bswap(Math.floor(v / 0x100000000));
+        used += 2;
+        if (used === 16) {
+          compress(h);
+          used = 0;
+        }
+      }
+    }
+    for (let t = 0; t < used; t++) this.block[t] = W[t];
+    this.used = used;
+    this.count += len;
+  }
+
+  /** The lowercase hex digest of everything fed (the hasher is spent). */
+  hex() {
+    const bits = this.count * 64; // 8 bytes each
+    const tail = new Int32Array(32);
+    tail.set(this.block.subarray(0, this.used));
+    tail[this.used] = 0x80000000 | 0;
+    const blocks = this.used + 1 + 2 <= 16 ? 1 : 2;
+    tail[blocks * 16 - 2] = Math.floor(bits / 0x100000000);
+    tail[blocks * 16 - 1] = bits % 0x100000000;
+    for (let b = 0; b < blocks; b++) {
+      W.set(tail.subarray(b * 16, b * 16 + 16));
+      compress(this.h);
+    }
+    return hexOf(this.h);
+  }
+}
+
+// The row loop runs once, whole, when the module loads: V8 then has type feedback for the write-back
+// after it when it optimises the loop in the middle of a long row (without it, that optimised code
+// was thrown away at the end of every row).
+new Int64Sha256().update(new Uint32Array(24));
 
 /** Lowercase hex SHA-256 of `bytes` (a Uint8Array), computed here. */
 export function sha256Sync(bytes) {
@@ -43,29 +147,11 @@ export function sha256Sync(bytes) {
   const high = Math.floor(bits / 0x100000000);
   msg[end - 8] = high >>> 24; msg[end - 7] = high >>> 16; msg[end - 6] = high >>> 8; msg[end - 5] = high;
   msg[end - 4] = bits >>> 24; msg[end - 3] = bits >>> 16; msg[end - 2] = bits >>> 8; msg[end - 1] = bits;
-  let h0 = 0x6a09e667; let h1 = 0xbb67ae85; let h2 = 0x3c6ef372; let h3 = 0xa54ff53a;
-  let h4 = 0x510e527f; let h5 = 0x9b05688c; let h6 = 0x1f83d9ab; let h7 = 0x5be0cd19;
+  const h = SHORT_STATE;
+  h.set(INITIAL);
   for (let b = 0; b < blocks; b++) {
     for (let t = 0, o = b * 64; t < 16; t++, o += 4) W[t] = (msg[o] << 24) | (msg[o + 1] << 16) | (msg[o + 2] << 8) | msg[o + 3];
-    for (let t = 16; t < 64; t++) {
-      const x = W[t - 15];
-      const y = W[t - 2];
-      const s0 = ((x >>> 7) | (x << 25)) ^ ((x >>> 18) | (x << 14)) ^ (x >>> 3);
-      const s1 = ((y >>> 17) | (y << 15)) ^ ((y >>> 19) | (y << 13)) ^ (y >>> 10);
-      W[t] = (W[t - 16] + s0 + W[t - 7] + s1) | 0;
-    }
-    let a = h0; let c1 = h1; let c2 = h2; let d = h3; let e = h4; let f = h5; let g = h6; let hh = h7;
-    for (let t = 0; t < 64; t++) {
-      const S1 = ((e >>> 6) | (e << 26)) ^ ((e >>> 11) | (e << 21)) ^ ((e >>> 25) | (e << 7));
-      const t1 = (hh + S1 + ((e & f) ^ (~e & g)) + K[t] + W[t]) | 0;
-      const S0 = ((a >>> 2) | (a << 30)) ^ ((a >>> 13) | (a << 19)) ^ ((a >>> 22) | (a << 10));
-      const t2 = (S0 + ((a & c1) ^ (a & c2) ^ (c1 & c2))) | 0;
-      hh = g; g = f; f = e; e = (d + t1) | 0; d = c2; c2 = c1; c1 = a; a = (t1 + t2) | 0;
-    }
-    h0 = (h0 + a) | 0; h1 = (h1 + c1) | 0; h2 = (h2 + c2) | 0; h3 = (h3 + d) | 0;
-    h4 = (h4 + e) | 0; h5 = (h5 + f) | 0; h6 = (h6 + g) | 0; h7 = (h7 + hh) | 0;
+    compress(h);
   }
-  let out = '';
-  for (const x of [h0, h1, h2, h3, h4, h5, h6, h7]) out += HEX[(x >>> 24) & 255] + HEX[(x >>> 16) & 255] + HEX[(x >>> 8) & 255] + HEX[x & 255];
-  return out;
+  return hexOf(h);
 }

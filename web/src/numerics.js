@@ -27,7 +27,7 @@ export class Sum {
 }
 
 /** log softmax(beta * z_row) into `out` (length k). */
-function logProbs(z, off, k, beta, out) {
+export function logProbs(z, off, k, beta, out) {
   let top = -Infinity;
   for (let j = 0; j < k; j++) {
     out[j] = z[off + j] * beta;

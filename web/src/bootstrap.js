@@ -1,0 +1,152 @@
+// The paired bootstrap of the calibration effect (data/bootstrap.json), recomputed from the audit
+// logits as FORMAT.md and the protocol's `bootstrap` section define it: the resample matrix is
+// numpy's Generator(PCG64(seed)).integers(0, n, size=(resamples, n)) (pcg64.js), each resample's
+// drawn rows (repeats counted) are scored raw (beta = 1) and calibrated (the record's beta), each
+// metric as metrics.json defines it, and the statistic is calibrated minus raw; the interval is
+// numpy.quantile(differences, quantiles, method='linear').
+//
+// Streaming: one row of the matrix at a time (a Uint32Array of n, reused), hashed into
+// indices_sha256 and scored at once, so memory is a few arrays of n whatever the resample count.
+// A metric that is a mean over the drawn rows is the sum of per-row values over the draws / n; the
+// ECE of a resample is sum over bins |sum over its draws in the bin of (correct - confidence)| / n.
+
+import { Int64Sha256 } from './digest.js';
+import { N_BINS, firstArgmax, logProbs } from './numerics.js';
+import { resampleRows } from './pcg64.js';
+
+export const METRICS = ['nll', 'brier', 'ece'];
+
+/** The ECE bin of a confidence: edges k/10, lower edge inclusive, 1.0 in the last bin; -1 outside [0, 1]. */
+export function binOf(c) {
+  for (let b = 0; b < N_BINS; b++) {
+    const lower = b / N_BINS;
+    const upper = (b + 1) / N_BINS;
+    if (b === N_BINS - 1 ? c >= lower && c <= upper : c >= lower && c < upper) return b;
+  }
+  return -1;
+}
+
+/** Per-row values at inverse temperature beta: -log p_y, the Brier sum, correct - confidence and the
+ * confidence's bin ({nll, brier, gap: Float64Array(n), bin: Uint8Array(n)}); correct is the first
+ * argmax of the logits against the label, whatever beta. */
+export function rowTerms(pool, beta) {
+  const { n, k, z, y } = pool;
+  const nll = new Float64Array(n);
+  const brier = new Float64Array(n);
+  const gap = new Float64Array(n);
+  const bin = new Uint8Array(n);
+  const lp = new Float64Array(k);
+  for (let i = 0; i < n; i++) {
+    const off = i * k;
+    logProbs(z, off, k, beta, lp);
+    let top = 0;
+    let b = 0;
+    for (let j = 0; j < k; j++) {
+      const p = Math.exp(lp[j]);
+      if (p > top) top = p;
+      const d = p - (j === y[i] ? 1 : 0);
+      b += d * d;
+    }
+    nll[i] = -lp[y[i]];
+    brier[i] = b;
+    const at = binOf(top);
+    if (at < 0) throw new RangeError(`row ${i}'s confidence ${top} fell outside [0, 1]`);
+    bin[i] = at;
+    gap[i] = (firstArgmax(z, off, k) === y[i] ? 1 : 0) - top;
+  }
+  return { nll, brier, gap, bin };
+}
+
+/**
+ * Every resample's calibrated-minus-raw NLL, Brier and ECE ({nll, brier, ece}: Float64Array of
+ * `resamples`) and the sha256 of the resample matrix as little-endian int64 (`indicesSha256`), for the
+ * audit `pool` at inverse temperature `beta`. `pause` (optional, awaited) is called about every
+ * 50 ms so that the page can paint while a large matrix is drawn.
+ */
+export async function pairedBootstrap(pool, beta, seed, resamples, pause = null) {
+  const { n } = pool;
+  const raw = rowTerms(pool, 1);
+  const cal = rowTerms(pool, beta);
+  // Interleaved per row, so that a draw reads one cache line: nll raw, nll cal, brier raw, brier cal.
+  const terms = new Float64Array(4 * n);
+  const gaps = new Float64Array(2 * n);
+  const bins = new Uint8Array(2 * n);
+  for (let i = 0; i < n; i++) {
+    terms[4 * i] = raw.nll[i];
+    terms[4 * i + 1] = cal.nll[i];
+    terms[4 * i + 2] = raw.brier[i];
+    terms[4 * i + 3] = cal.brier[i];
+    gaps[2 * i] = raw.gap[i];
+    gaps[2 * i + 1] = cal.gap[i];
+    bins[2 * i] = raw.bin[i];
+    bins[2 * i + 1] = cal.bin[i];
+  }
+  const out = { nll: new Float64Array(resamples), brier: new Float64Array(resamples), ece: new Float64Array(resamples) };
+  const digest = new Int64Sha256();
+  const eceRaw = new Float64Array(N_BINS);
+  const eceCal = new Float64Array(N_BINS);
+  let b = 0;
+  let last = performance.now();
+  for (const row of resampleRows(seed, n, resamples)) {
+    digest.update(row);
+    scoreRow(row, n, terms, gaps, bins, eceRaw, eceCal, out, b);
+    b++;
+    if (pause && performance.now() - last > 50) {
+      await pause();
+      last = performance.now();
+    }
+  }
+  return { ...out, indicesSha256: digest.hex() };
+}
+
+/** Resample b's calibrated-minus-raw NLL, Brier and ECE into out.nll[b], out.brier[b], out.ece[b],
+ * from its drawn rows and the interleaved per-row terms (a plain function: V8 optimises it whole,
+ * where the loop inside the async generator-driven caller would run far slower). */
+function scoreRow(row, n, terms, gaps, bins, eceRaw, eceCal, out, b) {
+  let nllRaw = 0;
+  let nllCal = 0;
+  let brierRaw = 0;
+  let brierCal = 0;
+  eceRaw.fill(0);
+  eceCal.fill(0);
+  for (let j = 0; j < n; j++) {
+    const i = row[j];
+    const o = 4 * i;
+    nllRaw += terms[o];
+    nllCal += terms[o + 1];
+    brierRaw += terms[o + 2];
+    brierCal += terms[o + 3];
+    eceRaw[bins[2 * i]] += gaps[2 * i];
+    eceCal[bins[2 * i + 1]] += gaps[2 * i + 1];
+  }
+  let er = 0;
+  let ec = 0;
+  for (let k = 0; k < N_BINS; k++) {
+    er += Math.abs(eceRaw[k] / n);
+    ec += Math.abs(eceCal[k] / n);
+  }
+  out.nll[b] = nllCal / n - nllRaw / n;
+  out.brier[b] = brierCal / n - brierRaw / n;
+  out.ece[b] = ec - er;
+}
+
+/** numpy.quantile(values, q, method='linear') of an array sorted ascending: the virtual index
+ * (len - 1) q between its neighbours, interpolated as numpy's _lerp does (from the upper neighbour
+ * when the fraction is at least 1/2). */
+export function quantileLinear(sorted, q) {
+  const last = sorted.length - 1;
+  const h = last * q;
+  const lo = Math.min(Math.max(Math.floor(h), 0), last);
+  const hi = Math.min(lo + 1, last);
+  const t = h - lo;
+  const a = sorted[lo];
+  const diff = sorted[hi] - a;
+  return t >= 0.5 ? sorted[hi] - diff * (1 - t) : a + diff * t;
+}
+
+/** FORMAT.md's verdict on an interval of a change. */
+export function intervalVerdict(lower, upper) {
+  if (upper < 0) return 'decrease';
+  if (lower > 0) return 'increase';
+  return 'no claim';
+}

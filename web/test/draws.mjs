@@ -1,0 +1,32 @@
+// Write the resample matrices of web/src/pcg64.js for tests/web/test_pcg64.py to compare with numpy:
+//   node web/test/draws.mjs JOB.json OUT_DIR
+// JOB.json is [{"seed": "decimal string", "n": int, "resamples": int, "columns": int (optional)}, ...];
+// OUT_DIR/<i>.bin receives case i's matrix, integers(0, n, size=(resamples, columns)) with columns = n
+// unless given (resampleRows' rows), as little-endian int64 in C order (what indices_sha256 hashes). Prints one line of
+// JSON per case with its drawing time in milliseconds.
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { PCG64, resampleRows } from '../src/pcg64.js';
+
+const [jobPath, outDir] = process.argv.slice(2);
+const cases = JSON.parse(readFileSync(jobPath, 'utf8'));
+cases.forEach((c, i) => {
+  const columns = c.columns ?? c.n;
+  const out = new Uint32Array(columns * c.resamples * 2);
+  const t0 = performance.now();
+  let at = 0;
+  const rng = new PCG64(BigInt(c.seed));
+  const buffer = c.n <= 0x100000000 ? new Uint32Array(columns) : new Float64Array(columns);
+  const rows = c.columns === undefined ? resampleRows(BigInt(c.seed), c.n, c.resamples)
+    : Array.from({ length: c.resamples }, () => rng.fill(buffer, c.n).slice());
+  for (const row of rows) {
+    for (let j = 0; j < row.length; j++, at += 2) {
+      const v = row[j];
+      out[at] = v % 0x100000000;
+      out[at + 1] = Math.floor(v / 0x100000000);
+    }
+  }
+  const ms = performance.now() - t0;
+  writeFileSync(join(outDir, `${i}.bin`), new Uint8Array(out.buffer));
+  process.stdout.write(`${JSON.stringify({ case: i, ms })}\n`);
+});
