@@ -30,13 +30,14 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle import layout
+from bundle.canonical import dumps
 from bundle.keys import fingerprint, public_key_pem
 from job.publishing.archive import archive
 from tests.factory import SHARED_FIXTURES
 from tests.synthetic import make_bundle
 from tests.verify.tamper import HOSTILE, Keys, copy_bag, reseal, synthetic_bag, verify_keys  # noqa: F401
 from tests.verify.test_tamper import TAMPERS, VIEW_LIES
-from verify import numerics
+from verify import estimators, numerics
 from verify.api import Outcome, verify_path
 from verify.context import Trust
 from verify.predictions import read_pool
@@ -339,6 +340,19 @@ def _figures_agree(case: Case, figures: dict[str, Any]) -> None:
             _close(found, {"calibration_nll_after": numerics.mean_nll(z, y, entry["beta"]),
                            "audit_nll": numerics.mean_nll(audit.z, audit.y, entry["beta"])},
                    f"{case.name} stability m={entry['m']}")
+    if protocol["metrics"].get("estimators"):
+        _estimators_agree(figures["estimators"], estimators.expected_record(
+            protocol, pools["audit"].z, pools["audit"].y, temperature["beta"]), case.name)
+
+
+def _estimators_agree(page: dict[str, Any], python: dict[str, Any], where: str) -> None:
+    """The page's estimators, their paired-bootstrap intervals included, equal Python's to 1e-12."""
+    python = json.loads(json.dumps(python))
+    assert set(page["results"]) == set(python["results"]), where
+    for entry_id, entry in python["results"].items():
+        if "difference" in entry:
+            assert set(page["results"][entry_id]["difference"]) == set(entry["difference"]), (where, entry_id)
+    _close(page, python, f"{where} estimators")
 
 
 def _bootstrap(doc: dict[str, Any], audit: Any) -> dict[str, Any]:
@@ -409,6 +423,111 @@ def _close(page: Any, python: Any, where: str) -> None:
         assert abs(page - python) <= FIGURE_TOL * max(1.0, abs(python)), (where, page, python)
     else:
         assert page == python, (where, page, python)
+
+
+def _label_map_protocol(labels: list[str], pairs: list[tuple[str, str]], by: str) -> bytes:
+    """The repository's protocol on the K3 sizes with dataset `labels` and a label map of `pairs`
+    (model label, dataset label), model index in order."""
+    doc = json.loads(_k3_protocol())
+    doc["resources"]["dataset"]["labels"] = labels
+    doc["label_map"] = {"by": by, "pairs": [{"model_index": i, "model_label": m, "dataset_label": d}
+                                            for i, (m, d) in enumerate(pairs)]}
+    return (json.dumps(doc, indent=2) + "\n").encode()
+
+
+LABEL_MAPS = {
+    # only Python's casefold matches these names: toLowerCase keeps 'ß' and the ligature 'ﬁ'
+    "casefold-only": (["straße", "ﬁve", "σοφος"], [("STRASSE", "straße"), ("FIVE", "ﬁve"), ("ΣΟΦΟΣ", "σοφος")],
+                      "name"),
+    "by-name-mismatch": (["negative", "neutral", "positive"],
+                         [("negative", "negative"), ("positive", "neutral"), ("neutral", "positive")], "name"),
+    "explicit-against-namesake": (["negative", "neutral", "positive"],
+                                  [("NEGATIVE", "negative"), ("Positive", "neutral"), ("other", "positive")],
+                                  "explicit"),
+    "not-a-bijection": (["negative", "neutral", "positive"],
+                        [("negative", "negative"), ("neutral", "neutral"), ("positive", "neutral")], "explicit"),
+}
+"""Label maps a synthetic K=3 bundle pre-registers: each check id of the page against Python's."""
+
+ESTIMATOR_TAMPERS = ("estimator-value-edited", "estimator-interval-edited", "estimator-bandwidth-edited",
+                     "estimator-bin-count-edited", "estimators-dropped")
+"""The tamper suite's estimator edits, re-signed by the key holder, run in the fast suite too."""
+
+
+def _cluster_edits(tiny_bundle: Path, signing_key_dir: Path, tmp: Path) -> list[Case]:
+    """A stand-in sharded bundle (tests/job/test_batch_kinds.py's `mixed`: even batches on this
+    machine's kind, odd ones on a Xeon) and its record broken each way the cluster checks catch,
+    each re-sealed and signed by the signer."""
+    from job.publishing.signing_keys import load_private_key
+    from tests.job.test_batch_kinds import _batches, mixed
+
+    pools = {p: [int(b) for b in np.unique(_batches(tiny_bundle, p)) if b % 2 == 0] for p in layout.REPRODUCTION_POOLS}
+    pem = signing_key_dir / "signing-key.pub.pem"
+    base = mixed(tiny_bundle, tmp / "cluster" / "run", signing_key_dir, pools)
+    cases = [Case("cluster", base, pem_file=pem),
+             Case("cluster.tar.gz", archive(base, tmp / "cluster.tar.gz"), pem_file=pem)]
+
+    def twice(c: dict[str, Any]) -> None:
+        c["workers"][1]["batches"]["audit"].append(c["workers"][0]["batches"]["audit"][0])
+
+    def missing(c: dict[str, Any]) -> None:
+        c["workers"][1]["batches"]["calibration"].pop()
+
+    def extra(c: dict[str, Any]) -> None:
+        c["workers"][0]["batches"]["audit"].append(9999)
+
+    def unknown_pool(c: dict[str, Any]) -> None:
+        c["workers"][0]["batches"]["stability"] = [0]
+
+    def temperature(c: dict[str, Any]) -> None:
+        c["audit_temperature_sha256"] = "0" * 64
+
+    key = load_private_key(signing_key_dir / "signing-key.pem")
+    for fn in (twice, missing, extra, unknown_pool, temperature):
+        bag = copy_bag(base, tmp / "cluster-edits" / fn.__name__ / "bag")
+        env = json.loads((bag / layout.ENVIRONMENT_JSON).read_bytes())
+        fn(env["cluster"])
+        (bag / layout.ENVIRONMENT_JSON).write_bytes(dumps(env))
+        reseal(bag, key)
+        cases.append(Case(f"cluster:{fn.__name__}", bag, pem_file=pem))
+    return cases
+
+
+def test_the_page_agrees_with_python_on_estimators_label_maps_and_clusters(
+        browser_ready: None, tmp_path: Path, keys: Keys, synthetic: Path, tiny_bundle: Path,
+        signing_key_dir: Path) -> None:
+    """The checks the page added: metrics.estimators (the tamper suite's estimator edits), labels.map
+    (casefold-only names, a mismatch by name, an explicit map against a namesake, no bijection) and
+    cluster.* (a sharded record and five broken ones): every status Python's."""
+    cases = [Case(f"label-map:{name}", make_bundle(tmp_path / "labels" / name / "bag", keys.real,
+                                                   protocol=_label_map_protocol(*spec)), key=keys.real)
+             for name, spec in LABEL_MAPS.items()]
+    cases += _tampered(synthetic, keys, tmp_path, {n: TAMPERS[n] for n in ESTIMATOR_TAMPERS}, "estimators")
+    cases += _cluster_edits(tiny_bundle, signing_key_dir, tmp_path)
+    pages = run_page(cases, tmp_path)
+    problems = [p for c in cases for p in compare(c, pages[c.name], run_python(c))]
+    assert problems == [], "\n".join(problems)
+
+    def status(name: str, cid: str) -> str:
+        return str(next(c["status"] for c in pages[name]["result"]["checks"] if c["id"] == cid))
+
+    # each case reaches the check it is for, performed on the page
+    assert status("label-map:casefold-only", "labels.map") == "pass"
+    assert status("label-map:explicit-against-namesake", "labels.map") == "pass"
+    assert status("label-map:by-name-mismatch", "labels.map") == "fail"
+    assert status("label-map:not-a-bijection", "labels.map") == "fail"
+    assert status("cluster", "cluster.batch-owners") == status("cluster", "cluster.audit-temperature") == "pass"
+    for name in ("twice", "missing", "extra", "unknown_pool"):
+        assert status(f"cluster:{name}", "cluster.batch-owners") == "fail", name
+    assert status("cluster:temperature", "cluster.audit-temperature") == "fail"
+    assert status("estimators:estimator-value-edited", "metrics.estimators") == "fail"
+    assert status("estimators:estimator-interval-edited", "metrics.estimators") == "fail"
+    assert status("estimators:estimator-bandwidth-edited", "metrics.estimators") == "fail"
+    assert status("estimators:estimator-bin-count-edited", "metrics.estimators") == "fail"
+    assert status("estimators:estimators-dropped", "metrics.estimators") == "fail"
+    for c in cases:
+        if pages[c.name]["result"].get("verdict") == "verified-here":
+            _figures_agree(c, pages[c.name]["result"]["figures"])
 
 
 def _tampered(src: Path, keys: Keys, tmp: Path, table: dict[str, tuple[Callable[..., None], str, str]],

@@ -19,6 +19,10 @@ import { counts, expectedClassWarnings, expectedRecord, checkPermutation, pct } 
 import SCHEMAS, { FORMAT_DIGESTS, SCHEMA_SHA256 } from './schemas.generated.js';
 import { checkClaims } from './claims.js';
 import { intervalVerdict, pairedBootstrap, quantileLinear } from './bootstrap.js';
+import { checkAuditTemperature, checkBatchOwners } from './cluster.js';
+import { checkLabelMap } from './labelmap.js';
+import { entryProblem, expectedRecord as expectedEstimators } from './estimators.js';
+import { resampleRows } from './pcg64.js';
 
 export const NOT_HERE = 'not checked here: run the Python verifier';
 export const VERDICTS = {
@@ -673,23 +677,25 @@ async function metricsRecord(ctx) {
   return 'metrics name this temperature and these prediction files; roles as specified';
 }
 
+const METRIC_INTS = ['n', 'correct', 'count', 'accepted', 'wrong_accepted'];
+
 /** Every leaf of `found` (a parseRaw result) against `expected`: floats within tol, integers and
  * the rest exactly and of the same JSON kind. The first differences, as strings. */
-function compare(found, expected, where, key, out) {
+function compare(found, expected, where, key, out, ints = METRIC_INTS) {
   if (expected && typeof expected === 'object' && !Array.isArray(expected)) {
     const keys = found instanceof Map ? [...found.keys()].sort() : null;
     if (!keys || JSON.stringify(keys) !== JSON.stringify(Object.keys(expected).sort())) {
       out.push(`${where}: keys ${keys ? JSON.stringify(keys) : 'not an object'}, expected ${JSON.stringify(Object.keys(expected).sort())}`);
       return;
     }
-    for (const k of Object.keys(expected)) compare(found.get(k), expected[k], `${where}.${k}`, k, out);
+    for (const k of Object.keys(expected)) compare(found.get(k), expected[k], `${where}.${k}`, k, out, ints);
   } else if (Array.isArray(expected)) {
     if (!Array.isArray(found) || found.length !== expected.length) {
       out.push(`${where}: ${Array.isArray(found) ? found.length : 'no'} entries, expected ${expected.length}`);
       return;
     }
-    expected.forEach((e, i) => compare(found[i], e, `${where}[${i}]`, key, out));
-  } else if (typeof expected === 'number' && !['n', 'correct', 'count', 'accepted', 'wrong_accepted'].includes(key)) {
+    expected.forEach((e, i) => compare(found[i], e, `${where}[${i}]`, key, out, ints));
+  } else if (typeof expected === 'number' && !ints.includes(key)) {
     if (!(found instanceof Num) || !(Math.abs(found.value - expected) <= METRIC_TOL)) out.push(`${where}: bundle ${found instanceof Num ? found.token : JSON.stringify(found)}, recomputed ${expected}`);
   } else if (typeof expected === 'number') {
     if (!(found instanceof Num) || !found.integer || found.value !== expected) out.push(`${where}: bundle ${found instanceof Num ? found.token : JSON.stringify(found)}, recomputed ${expected}`);
@@ -993,6 +999,51 @@ function toleranceCheck(ctx) {
   return `logit tolerance ${tau} (${section && 'logit_tolerance' in section ? "the protocol's" : 'the format default'}), within the ${DEFAULT_LOGIT_TOLERANCE} accepted`;
 }
 
+const ESTIMATOR_INTS = ['count', 'correct', 'resamples', 'seed'];
+
+async function estimatorsCheck(ctx) {
+  const protocol = ctx.doc('data/protocol.json');
+  ctx.doc('data/metrics.json');
+  const found = ctx.rawOf('data/metrics.json').get('estimators');
+  const entries = (protocol.metrics || {}).estimators;
+  if (!entries || !entries.length) throw new bag.Failed('metrics.json holds estimators the protocol does not pre-register.');
+  if (found === undefined) throw new bag.Failed('the protocol pre-registers estimators but metrics.json has none.');
+  const problem = entryProblem(entries, protocol.bootstrap);
+  if (problem) throw new bag.Failed(problem);
+  const audit = ctx.table('audit');
+  const beta = ctx.doc('data/temperature.json').beta;
+  const boot = protocol.bootstrap;
+  // The bootstrap's own resamples (numpy's Generator(PCG64(seed)), pcg64.js), the seed exactly as written.
+  const rows = boot ? resampleRows(BigInt(ctx.rawOf('data/protocol.json').get('bootstrap').get('seed').token), audit.n, Number(boot.resamples)) : null;
+  const { record } = await expectedEstimators(protocol, audit, beta, rows, yieldToPage);
+  ctx.figures.estimators = record;
+  const diffs = [];
+  compare(found, record, 'estimators', '', diffs, ESTIMATOR_INTS);
+  if (diffs.length) throw new bag.Failed(`metrics.json estimators differ from the logits: ${diffs.slice(0, 3).join('; ')}${diffs.length > 3 ? ` (+${diffs.length - 3} more)` : ''}.`);
+  const count = Object.keys(record.results).length;
+  const paired = entries.filter((e) => 'interval' in e).map((e) => e.id);
+  return `${count} estimators, raw and calibrated, ${paired.length ? 'with their paired-bootstrap intervals' : 'none with a pre-registered interval'}, within ${METRIC_TOL}`;
+}
+
+function clusterOf(ctx) {
+  return ctx.need(ctx.doc('data/environment.json').cluster, "environment.json's cluster");
+}
+
+function batchOwners(ctx) {
+  const cluster = clusterOf(ctx);
+  const batches = Object.fromEntries(POOLS.map((pool) => [pool, new Set(ctx.table(pool).columns.batch.map(Number))]));
+  return checkBatchOwners(cluster, batches);
+}
+
+async function auditTemperature(ctx) {
+  return checkAuditTemperature(clusterOf(ctx), await ctx.sha('data/temperature.json'));
+}
+
+function labelMap(ctx) {
+  const columns = Object.fromEntries(POOLS.map((pool) => [pool, ctx.table(pool).k]));
+  return checkLabelMap(ctx.doc('data/protocol.json'), columns);
+}
+
 function truncationCheck(ctx) {
   const m = ctx.doc('data/metrics.json');
   const raw = ctx.rawOf('data/metrics.json').get('truncation');
@@ -1281,9 +1332,9 @@ const TABLE = [
   ['predictions.{pool}.rows', '{pool} predictions: rows are the pool, in order', rowsCheck, { each: () => POOLS.map((pool) => ({ pool })), group: 'predictions' }],
   ['predictions.{pool}.probabilities', '{pool} predictions: probabilities and pred from the logits', probabilitiesCheck, { each: () => POOLS.map((pool) => ({ pool })), group: 'predictions' }],
   ['predictions.{pool}.batches', '{pool} predictions: batches in protocol order', batchesCheck, { each: () => POOLS.map((pool) => ({ pool })), group: 'predictions' }],
-  ['cluster.batch-owners', 'every recorded batch ran on exactly one worker', null, { when: (c) => has(c, 'data/environment.json', 'cluster') && c.docs.get('data/environment.json').cluster !== null }],
-  ['cluster.audit-temperature', "audit batches carried the frozen temperature's hash", null, { when: (c) => has(c, 'data/environment.json', 'cluster') && c.docs.get('data/environment.json').cluster !== null }],
-  ['labels.map', "label map is a bijection onto the dataset's labels", null, { when: (c) => has(c, 'data/protocol.json', 'label_map') }],
+  ['cluster.batch-owners', 'every recorded batch ran on exactly one worker', batchOwners, { when: (c) => has(c, 'data/environment.json', 'cluster') && c.docs.get('data/environment.json').cluster !== null }],
+  ['cluster.audit-temperature', "audit batches carried the frozen temperature's hash", auditTemperature, { when: (c) => has(c, 'data/environment.json', 'cluster') && c.docs.get('data/environment.json').cluster !== null }],
+  ['labels.map', "label map is a bijection onto the dataset's labels", labelMap, { when: (c) => has(c, 'data/protocol.json', 'label_map') }],
   ['fit.record', 'temperature record consistent with protocol and logits', fitRecord, {}],
   ['fit.trajectory', 'trajectory is a valid bisection of the NLL gradient', trajectoryCheck, {}],
   ['fit.refit', 'temperature re-fitted by another method agrees', refit, {}],
@@ -1296,7 +1347,7 @@ const TABLE = [
   ['reproduction.tolerance', 'pre-registered logit tolerance within what the reader accepts', toleranceCheck, {}],
   // listed when metrics.json holds a truncation summary, or could not be read (the check then says why)
   ['metrics.truncation', "truncation summary restates the predictions' token counts", truncationCheck, { when: (c) => !c.docs.has('data/metrics.json') || has(c, 'data/metrics.json', 'truncation') }],
-  ['metrics.estimators', 'pre-registered estimators recomputed with their intervals', null, { when: (c) => !c.docs.has('data/protocol.json') || !c.docs.has('data/metrics.json') || has(c, 'data/metrics.json', 'estimators') || Boolean((c.docs.get('data/protocol.json').metrics || {}).estimators) }],
+  ['metrics.estimators', 'pre-registered estimators recomputed with their intervals', estimatorsCheck, { when: (c) => !c.docs.has('data/protocol.json') || !c.docs.has('data/metrics.json') || has(c, 'data/metrics.json', 'estimators') || Boolean((c.docs.get('data/protocol.json').metrics || {}).estimators) }],
   ['bootstrap.record', 'bootstrap names this protocol, temperature and predictions', bootstrapRecord, { when: (c) => wants(c, 'bootstrap') }],
   ['bootstrap.intervals', 'bootstrap resamples and intervals recomputed', bootstrapIntervals, { when: (c) => wants(c, 'bootstrap') }],
   ['stability.refit', 'stability subsets re-fitted and NLLs recomputed', stabilityRefit, { when: (c) => wants(c, 'stability') }],
