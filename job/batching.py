@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
+from job import arrow_arrays
 from job.dataset import Strings
 from job.errors import JobError
 
@@ -173,7 +174,7 @@ def _key_ranks(keys: Sequence[str]) -> NDArray[np.int64]:
     """Each key's place in ascending order (equal keys by position): Arrow's stable sort for a
     Strings column, which orders UTF-8 bytes as Python orders code points, without a str per row."""
     if isinstance(keys, Strings):
-        order = pc.sort_indices(keys.arrow()).to_numpy().astype(np.int64)
+        order = arrow_arrays.to_numpy(pc.sort_indices(keys.arrow())).astype(np.int64)
     else:
         order = np.array(sorted(range(len(keys)), key=keys.__getitem__), dtype=np.int64)
     ranks = np.empty(len(keys), dtype=np.int64)

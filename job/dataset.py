@@ -21,6 +21,7 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
+from job import arrow_arrays
 from job.errors import JobError
 from job.rowcheck import check_rows
 
@@ -68,7 +69,7 @@ class Strings(Sequence[str]):
     __slots__ = ("_array",)
 
     def __init__(self, values: Iterable[str] | pa.Array) -> None:
-        self._array: pa.Array = values if isinstance(values, pa.Array) else pa.array(list(values), pa.string())
+        self._array: pa.Array = values if isinstance(values, pa.Array) else arrow_arrays.strings(values)
 
     def __len__(self) -> int:
         return len(self._array)
@@ -100,7 +101,7 @@ class Strings(Sequence[str]):
 def take(values: Sequence[str], positions: Sequence[int]) -> Strings:
     """The values at `positions`, in that order, as one Strings column."""
     if isinstance(values, Strings):
-        return Strings(values.arrow().take(pa.array(list(positions), pa.int64())))
+        return Strings(values.arrow().take(arrow_arrays.from_numpy(np.asarray(positions, dtype=np.int64), pa.int64())))
     return Strings(values[p] for p in positions)
 
 
@@ -144,7 +145,8 @@ def read_table(path: Path, fmt: str) -> pa.Table:
             return pj.read_json(path)
         if fmt == "csv":
             return pc.read_csv(path)
-        return pq.read_table(path)
+        with pq.ParquetFile(path) as f:  # not pq.read_table: its pyarrow.dataset imports pandas (~45 MB resident)
+            return f.read()
     except (OSError, pa.ArrowInvalid) as exc:
         raise JobError(f"Cannot read the dataset {path} as {fmt} ({exc}); check the file and the protocol's "
                        "dataset format.") from exc
@@ -165,7 +167,7 @@ def _label_indices(column: pa.ChunkedArray, names: Sequence[str]) -> NDArray[np.
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
         index = {n: i for i, n in enumerate(names)}  # every value is a name: job.rowcheck checked it
         return np.array([index[v] for v in column.to_pylist()], dtype=np.int64)
-    return np.asarray(column.to_numpy(), dtype=np.int64)
+    return np.asarray(arrow_arrays.to_numpy(column), dtype=np.int64)
 
 
 def load_rows(path: Path | Sequence[Path], spec: dict[str, Any], reading: DatasetSpec | None = None) -> Rows:
@@ -194,7 +196,7 @@ def load_rows(path: Path | Sequence[Path], spec: dict[str, Any], reading: Datase
         if not pa.types.is_integer(id_col.type) or id_col.null_count:
             raise JobError(f"The dataset's id column {r.id_column!r} is {id_col.type}, not integers; set "
                            "id_column to null in the protocol to use the row number instead.")
-        ids = id_col.to_numpy().astype(np.int64)
+        ids = arrow_arrays.to_numpy(id_col).astype(np.int64)
         if len(ids) and ids.min() < 0:
             raise JobError(f"The dataset's id column {r.id_column!r} holds negative values; ids must be "
                            "0 or more, or set id_column to null to use the row number.")

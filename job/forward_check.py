@@ -36,7 +36,7 @@ from job.errors import JobError
 from job.inference import Forward
 from job.logit_compare import ulps_apart
 from job.model import Model, TransformersForward, load_transformers, model_directory
-from job.process import release_free_memory
+from job.process import blocks_mapped_apart, release_free_memory
 from job.resources import ResolvedRepo
 from job.runtime import Settings
 
@@ -122,7 +122,7 @@ def _logits(forward: Forward, ids: NDArray[np.int64], mask: NDArray[np.int64]) -
     full-size model's peak)."""
     import torch  # deferred: torch loads only where a model runs
 
-    with torch.inference_mode():
+    with torch.inference_mode(), blocks_mapped_apart():
         out = np.asarray(forward(ids, mask).numpy())
     release_free_memory()
     if out.dtype != np.float32 or out.ndim != 2 or out.shape[0] != len(ids):

@@ -11,6 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
+from job import arrow_arrays
+from job.arrow_arrays import from_numpy, to_numpy
 from job.calibration import softmax
 from job.dataset import Strings
 from verify.predictions import PredictionsFile, logit_matrix
@@ -29,7 +31,7 @@ class PoolOutput:
 
 def _strings(values: Sequence[str]) -> pa.Array:
     """An Arrow `string` column of the values; a Strings column as it is, not copied."""
-    return values.arrow() if isinstance(values, Strings) else pa.array(list(values), pa.string())
+    return values.arrow() if isinstance(values, Strings) else arrow_arrays.strings(values)
 
 
 def predictions_table(ids: NDArray[np.int64], keys: Sequence[str], text_sha256: Sequence[str],
@@ -38,20 +40,20 @@ def predictions_table(ids: NDArray[np.int64], keys: Sequence[str], text_sha256: 
     k = out.logits.shape[1]
     probs = softmax(out.logits.astype(np.float64))
     cols: dict[str, pa.Array] = {
-        "idx": pa.array(ids.astype(np.int32), pa.int32()),
+        "idx": from_numpy(ids.astype(np.int32), pa.int32()),
         "split_key": _strings(keys),
         "text_sha256": _strings(text_sha256),
-        "label": pa.array(labels.astype(np.int64), pa.int64()),
+        "label": from_numpy(labels.astype(np.int64), pa.int64()),
     }
     for j in range(k):
-        cols[f"logit_{j}"] = pa.array(out.logits[:, j], pa.float32())
+        cols[f"logit_{j}"] = from_numpy(out.logits[:, j], pa.float32())
     for j in range(k):
-        cols[f"prob_{j}"] = pa.array(probs[:, j], pa.float64())
-    cols["pred"] = pa.array(out.logits.argmax(axis=1).astype(np.int64), pa.int64())
-    cols["token_count"] = pa.array(out.token_count.astype(np.int32), pa.int32())
-    cols["truncated"] = pa.array(out.truncated, pa.bool_())
-    cols["batch"] = pa.array(out.batch.astype(np.int32), pa.int32())
-    cols["full_token_count"] = pa.array(out.full_token_count.astype(np.int32), pa.int32())
+        cols[f"prob_{j}"] = from_numpy(probs[:, j], pa.float64())
+    cols["pred"] = from_numpy(out.logits.argmax(axis=1).astype(np.int64), pa.int64())
+    cols["token_count"] = from_numpy(out.token_count.astype(np.int32), pa.int32())
+    cols["truncated"] = from_numpy(np.asarray(out.truncated, dtype=np.bool_), pa.bool_())
+    cols["batch"] = from_numpy(out.batch.astype(np.int32), pa.int32())
+    cols["full_token_count"] = from_numpy(out.full_token_count.astype(np.int32), pa.int32())
     return pa.table(cols)
 
 
@@ -81,15 +83,15 @@ class Predictions:
     def of_table(cls, pool: str, table: pa.Table, sha256: str) -> Predictions:
         """The record of `table` (predictions_table's columns), whose file has `sha256`."""
         logits, labels = table_logits(table)
-        return cls(pool, logits, labels, table.column("full_token_count").to_numpy().astype(np.int64),
-                   table.column("truncated").to_numpy(zero_copy_only=False).astype(np.bool_), sha256)
+        return cls(pool, logits, labels, to_numpy(table.column("full_token_count")).astype(np.int64),
+                   to_numpy(table.column("truncated")).astype(np.bool_), sha256)
 
 
 def table_logits(table: pa.Table) -> tuple[NDArray[np.float32], NDArray[np.int64]]:
     """Logits [n, K] float32 and labels from a predictions table's logit_j and label columns."""
     k = sum(1 for name in table.column_names if name.startswith("logit_"))
-    logits = np.stack([table.column(f"logit_{j}").to_numpy() for j in range(k)], axis=1)
-    return logits.astype(np.float32), table.column("label").to_numpy().astype(np.int64)
+    logits = np.stack([to_numpy(table.column(f"logit_{j}")) for j in range(k)], axis=1)
+    return logits.astype(np.float32), to_numpy(table.column("label")).astype(np.int64)
 
 
 def read_logits(path: Path) -> tuple[NDArray[np.float32], NDArray[np.int64]]:
@@ -98,4 +100,4 @@ def read_logits(path: Path) -> tuple[NDArray[np.float32], NDArray[np.int64]]:
     source = PredictionsFile(path, str(path))
     table = source.read([*source.logit_names, "label"])
     logits = logit_matrix(table, len(source.logit_names))
-    return logits.astype(np.float32), table.column("label").to_numpy().astype(np.int64)
+    return logits.astype(np.float32), to_numpy(table.column("label")).astype(np.int64)
