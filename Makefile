@@ -25,8 +25,12 @@ install: $(PY) ## create .venv, install the locked dependencies (CPU torch) and 
 	PYTHONWARNINGS=ignore $(PY) -m pip install -q --no-deps --no-build-isolation --disable-pip-version-check -e .
 	@echo "install: done; $(VENV)/bin/calibration-job works from any folder"
 
+# The fast suite runs in as many pytest-xdist workers as the machine has CPUs (TEST_WORKERS=0: one
+# process); each test module stays on one worker, so a module's fixtures are built once.
+TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
+
 test: ## the test suite without the slow tests (unit + integration on ../shared/fixtures when present)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadscope
 
 test-slow: ## the slow tests only: byte-flip fuzzing, clean virtual environments, validators
 	$(PY) -m pytest -q -m slow

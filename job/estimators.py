@@ -57,12 +57,15 @@ def equal_width_edges(bins: int) -> F64:
 
 
 def equal_mass_edges(values: F64, bins: int) -> F64:
-    """Upper edges of min(bins, n) runs of the sorted values: halfway between runs, then 1.0."""
+    """Upper edges of min(bins, n) runs of the sorted values: halfway between runs, then 1.0.
+
+    The runs are numpy.array_split's: the first n % runs of them one row longer."""
     ordered = np.sort(values)
-    runs = np.array_split(ordered, min(bins, len(ordered)))
-    edges = {(runs[i][-1] + runs[i + 1][0]) / 2.0 for i in range(len(runs) - 1)}
-    edges.add(1.0)
-    return np.array(sorted(edges))
+    runs = min(bins, len(ordered))
+    size, longer = divmod(len(ordered), runs)
+    ends = np.arange(1, runs) * size + np.minimum(np.arange(1, runs), longer)
+    edges = (ordered[ends - 1] + ordered[ends]) / 2.0
+    return np.unique(np.append(edges, 1.0))
 
 
 def binned_error(values: F64, outcomes: F64, edges: F64, norm: str, debias: bool) -> float | None:
@@ -71,19 +74,22 @@ def binned_error(values: F64, outcomes: F64, edges: F64, norm: str, debias: bool
     n = len(values)
     which = np.searchsorted(edges, values, side="left")
     order = np.argsort(which, kind="stable")
-    groups = np.split(order, np.searchsorted(which[order], np.arange(1, len(edges))))
+    # each bin's rows in row order, as slices of the ordered columns; a bin's mean is its
+    # (pairwise) sum over its size, exactly numpy.mean's arithmetic
+    bounds = [0, *np.searchsorted(which[order], np.arange(1, len(edges))).tolist(), n]
+    ordered_values, ordered_outcomes = values[order], outcomes[order]
     power = 1 if norm == "l1" else 2
     total = 0.0
     usable = False
-    for rows in groups:
-        size = len(rows)
+    for start, stop in zip(bounds[:-1], bounds[1:]):
+        size = stop - start
         if size == 0 or (debias and size < 2):
             continue
         usable = True
-        gap = float(np.mean(values[rows]) - np.mean(outcomes[rows]))
+        ybar = float(np.add.reduce(ordered_outcomes[start:stop]) / size)
+        gap = float(np.add.reduce(ordered_values[start:stop]) / size) - ybar
         term = abs(gap) ** power
         if debias:
-            ybar = float(np.mean(outcomes[rows]))
             term -= ybar * (1.0 - ybar) / (size - 1.0)
         total += size / n * term
     if debias:

@@ -102,6 +102,7 @@ def _serve(path: str, python: str, model_dir: Path, batches: Path, tmp: Path, ex
     return ready, done, np.load(tmp / f"{path}.npy")
 
 
+@pytest.mark.slow  # two worker processes, each importing torch and transformers
 def test_the_workers_run_the_jobs_forward_and_transformers_on_the_same_batches(tmp_path: Path) -> None:
     model_dir = make_tiny_model(tmp_path / "model")
     batches = _batches(model_dir, tmp_path / "batches.npz")
@@ -118,6 +119,7 @@ def test_the_workers_run_the_jobs_forward_and_transformers_on_the_same_batches(t
     assert d["max_abs"] < 1e-5 and d["argmax_changes"] == 0
 
 
+@pytest.mark.slow  # a worker process importing torch
 def test_a_worker_that_cannot_load_its_path_says_why_in_one_sentence(tmp_path: Path) -> None:
     batches = _batches(tmp_path, tmp_path / "batches.npz")
     w = bench_peers.Worker("job", sys.executable, ["--model-dir", str(tmp_path / "absent"), "--batches",

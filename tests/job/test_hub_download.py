@@ -17,6 +17,7 @@ from job.errors import JobError
 from job.hub import hub_fetch, hub_lfs_sha256
 from job.protocol import ResourcesSpec, load_protocol
 from job.resources import resolve_hub
+from tests.hub_env import go_online
 from tests.factory import sha256
 
 as_pins = ResourcesSpec.from_protocol
@@ -113,7 +114,7 @@ class LocalHub(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def local_hub(tiny_world, monkeypatch):
-    monkeypatch.delenv("HF_HUB_OFFLINE")
+    go_online(monkeypatch)
     _, lock = tiny_world
     doc = json.loads(lock.read_text())
     proto = load_protocol().doc["resources"]

@@ -19,6 +19,7 @@ from job.cli import _parser, main
 from job.errors import JobError
 from job.hub import hub_fetch, hub_lfs_sha256
 from job.protocol_init import Hub, run_init
+from tests.hub_env import go_online
 from tests.anymodel import label_names, make_hf_model, make_rows
 from tests.job.test_hub_download import LocalHub
 
@@ -42,7 +43,7 @@ def card(k: int, fmt: str) -> str:
 def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """start(case) -> endpoint: serves the case's model and dataset repositories; `main` resolves
     resources through it."""
-    monkeypatch.delenv("HF_HUB_OFFLINE")
+    go_online(monkeypatch)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), LocalHub)
     endpoint = f"http://127.0.0.1:{server.server_address[1]}"
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -22,20 +22,20 @@ DETERMINISTIC = ("data/predictions/calibration.parquet", "data/predictions/audit
 """Every payload file except data/environment.json (timings, peak memory) is byte-identical."""
 
 
+def _run(out, signing_key_dir):
+    rc = main(["run", "--resources", str(LOCK), "--out", str(out), "--no-progress",
+               "--signing-key", str(signing_key_dir / "signing-key.pem")])
+    assert rc == 0
+    return out
+
+
 @pytest.fixture(scope="module")
-def two_runs(tmp_path_factory, signing_key_dir):
-    outs = []
-    for i in range(2):
-        out = tmp_path_factory.mktemp(f"standin{i}") / "bundle"
-        rc = main(["run", "--resources", str(LOCK), "--out", str(out), "--no-progress",
-                   "--signing-key", str(signing_key_dir / "signing-key.pem")])
-        assert rc == 0
-        outs.append(out)
-    return outs
+def standin_run(tmp_path_factory, signing_key_dir):
+    return _run(tmp_path_factory.mktemp("standin") / "bundle", signing_key_dir)
 
 
-def test_standin_run_matches_its_goldens(two_runs, golden):
-    golden("standin", two_runs[0])
+def test_standin_run_matches_its_goldens(standin_run, golden):
+    golden("standin", standin_run)
 
 
 @pytest.mark.slow  # the stand-in under another arithmetic; the tiny world's tests of the same run in make test
@@ -49,6 +49,7 @@ def test_standin_goldens_hold_with_onednn_and_aten_limited_to_avx2(tmp_path):
     compare("standin", out, None, kind=kind)
 
 
+@pytest.mark.slow  # the stand-in's copy of test_goldens' scaled-weight tests, which run in make test
 def test_an_attention_matrix_scaled_by_1e_3_fails_the_standin_goldens(tmp_path):
     """The first layer's query projection times 1 + 1e-3 (measured: logits move by up to 2.9e-3)."""
     from safetensors.numpy import load_file, save_file
@@ -77,23 +78,24 @@ def test_an_attention_matrix_scaled_by_1e_3_fails_the_standin_goldens(tmp_path):
     assert sum("logits" in d.where for d in found) > 100, found[:3]
 
 
-def test_pools_are_256_256_360_and_disjoint(two_runs):
-    pools = json.loads((two_runs[0] / "data" / "pools.json").read_text())
+def test_pools_are_256_256_360_and_disjoint(standin_run):
+    pools = json.loads((standin_run / "data" / "pools.json").read_text())
     assert pools["sizes"] == {"explore": 256, "calibration": 256, "audit": 360}
     ids = [{e["idx"] for e in pools["pools"][name]} for name in ("explore", "calibration", "audit")]
     assert len(ids[0] | ids[1] | ids[2]) == 872
 
 
-def test_two_runs_give_byte_identical_results(two_runs):
-    a, b = two_runs
+@pytest.mark.slow  # a second stand-in run; in make test the tiny world's runs are held to their goldens
+def test_two_runs_give_byte_identical_results(standin_run, tmp_path, signing_key_dir):
+    a, b = standin_run, _run(tmp_path / "bundle", signing_key_dir)
     for rel in DETERMINISTIC:
         assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
     payload = sorted(p.relative_to(a).as_posix() for p in (a / "data").rglob("*") if p.is_file())
     assert sorted([*DETERMINISTIC, "data/environment.json"]) == payload
 
 
-def test_standin_run_is_labelled_other_and_fits_an_overconfident_model(two_runs):
-    data = two_runs[0] / "data"
+def test_standin_run_is_labelled_other_and_fits_an_overconfident_model(standin_run):
+    data = standin_run / "data"
     resources = json.loads((data / "resources.json").read_text())
     assert resources["profile"] == "other" and resources["deviations"]
     t = json.loads((data / "temperature.json").read_text())
@@ -106,19 +108,19 @@ def test_standin_run_is_labelled_other_and_fits_an_overconfident_model(two_runs)
     assert t["nll_after"] < t["nll_before"]
 
 
-def test_no_sentence_text_in_the_bundle(two_runs):
+def test_no_sentence_text_in_the_bundle(standin_run):
     import pyarrow.parquet as pq
 
     table = pq.read_table(SHARED_FIXTURES / "sst2" / "validation-00000-of-00001.parquet")
     sentences = table.column("sentence").to_pylist()
     probes = [s.strip().encode() for s in sentences if len(s.strip()) > 25][:50]
-    for path in two_runs[0].rglob("*"):
+    for path in standin_run.rglob("*"):
         if path.is_file():
             blob = path.read_bytes()
             assert not any(p in blob for p in probes), path
 
 
-def test_bag_is_valid_for_the_bagit_library(two_runs):
+def test_bag_is_valid_for_the_bagit_library(standin_run):
     import bagit
 
-    bagit.Bag(str(two_runs[0])).validate()
+    bagit.Bag(str(standin_run)).validate()

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from job.cli import main
+from tests.hub_env import go_online
 from tests.anymodel import make_hf_model
 from tests.factory import WORDS, edited_json
 
@@ -446,7 +447,7 @@ def _closed_port() -> int:
 
 @pytest.mark.parametrize("network", ["unreachable", "refused", "HF_HUB_OFFLINE"])
 def test_init_offline_says_one_sentence_naming_the_local_route(network, tmp_path, monkeypatch, capsys):
-    monkeypatch.delenv("HF_HUB_OFFLINE")
+    go_online(monkeypatch)
     if network == "refused":
         monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
     elif network == "HF_HUB_OFFLINE":
@@ -461,7 +462,7 @@ def test_init_offline_says_one_sentence_naming_the_local_route(network, tmp_path
 
 
 def test_smoke_without_the_hub_fails_within_seconds_naming_the_local_route(chain, tmp_path, monkeypatch, capsys):
-    monkeypatch.delenv("HF_HUB_OFFLINE")
+    go_online(monkeypatch)
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
     start = time.monotonic()
     assert main(["smoke", "--protocol", str(chain["protocol"]), "--cache", str(tmp_path / "cache")]) == 2
@@ -485,7 +486,7 @@ def test_the_lock_route_and_the_hub_route_write_the_same_protocol_bytes(world, t
     from job.protocol_init import Hub, run_init
     from tests.job.test_hub_download import LocalHub
 
-    monkeypatch.delenv("HF_HUB_OFFLINE")
+    go_online(monkeypatch)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), LocalHub)
     endpoint = f"http://127.0.0.1:{server.server_address[1]}"
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -513,7 +514,7 @@ def test_the_lock_route_and_the_hub_route_write_the_same_protocol_bytes(world, t
 def test_behind_a_proxy_the_hub_is_not_probed_directly(monkeypatch):
     from job.hub import require_reachable
 
-    monkeypatch.delenv("HF_HUB_OFFLINE")
+    go_online(monkeypatch)
     port = _closed_port()
     with pytest.raises(Exception, match="cannot be reached"):
         require_reachable("Reading", f"http://127.0.0.1:{port}")

@@ -9,6 +9,7 @@ from job.errors import JobError
 from job.hub import hub_fetch
 from job.protocol import ResourcesSpec, load_protocol
 from job.resources import PINS_FILE, resolve_hub, resolve_local
+from tests.hub_env import go_online
 from tests.factory import REPO, SHARED_FIXTURES, edited_json, sha256
 
 as_pins = ResourcesSpec.from_protocol
@@ -95,7 +96,7 @@ def test_network_failure_is_one_clear_sentence_within_seconds(tmp_path, monkeypa
 
     from job.hub import PROXY_VARIABLES
 
-    monkeypatch.delenv("HF_HUB_OFFLINE")
+    go_online(monkeypatch)
     for name in PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     start = time.monotonic()
