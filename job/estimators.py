@@ -32,6 +32,7 @@ calibrated minus raw, with the verdict rule of data/bootstrap.json.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -81,7 +82,7 @@ def binned_error(values: F64, outcomes: F64, edges: F64, norm: str, debias: bool
     power = 1 if norm == "l1" else 2
     total = 0.0
     usable = False
-    for start, stop in zip(bounds[:-1], bounds[1:]):
+    for start, stop in itertools.pairwise(bounds):
         size = stop - start
         if size == 0 or (debias and size < 2):
             continue

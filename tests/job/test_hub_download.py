@@ -17,8 +17,8 @@ from job.errors import JobError
 from job.hub import hub_fetch, hub_lfs_sha256
 from job.protocol import ResourcesSpec, load_protocol
 from job.resources import resolve_hub
-from tests.hub_env import go_online
 from tests.factory import sha256
+from tests.hub_env import go_online
 
 as_pins = ResourcesSpec.from_protocol
 """The typed resources section of an edited copy of the protocol's."""

@@ -19,8 +19,8 @@ from job.cli import _parser, main
 from job.errors import JobError
 from job.hub import hub_fetch, hub_lfs_sha256
 from job.protocol_init import Hub, run_init
-from tests.hub_env import go_online
 from tests.anymodel import label_names, make_hf_model, make_rows
+from tests.hub_env import go_online
 from tests.job.test_hub_download import LocalHub
 
 MODEL_SHA, DATA_SHA = "1" * 40, "2" * 40

@@ -24,9 +24,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from job.cli import main
-from tests.hub_env import go_online
 from tests.anymodel import make_hf_model
 from tests.factory import WORDS, edited_json
+from tests.hub_env import go_online
 
 MODEL_LABELS = ["ENTAILMENT", "NEUTRAL", "CONTRADICTION"]
 CLASSES = ["contradiction", "entailment", "neutral"]  # the dataset's ClassLabel, class 0 first

@@ -9,8 +9,8 @@ from job.errors import JobError
 from job.hub import hub_fetch
 from job.protocol import ResourcesSpec, load_protocol
 from job.resources import PINS_FILE, resolve_hub, resolve_local
-from tests.hub_env import go_online
 from tests.factory import REPO, SHARED_FIXTURES, edited_json, sha256
+from tests.hub_env import go_online
 
 as_pins = ResourcesSpec.from_protocol
 """The typed resources section of an edited copy of the protocol's."""
