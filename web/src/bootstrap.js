@@ -11,7 +11,7 @@
 // ECE of a resample is sum over bins |sum over its draws in the bin of (correct - confidence)| / n.
 
 import { Int64Sha256 } from './digest.js';
-import { N_BINS, firstArgmax, logProbs } from './numerics.js';
+import { N_BINS, firstArgmax, rowScores } from './numerics.js';
 import { resampleRows } from './pcg64.js';
 
 export const METRICS = ['nll', 'brier', 'ece'];
@@ -36,17 +36,12 @@ export function rowTerms(pool, beta) {
   const gap = new Float64Array(n);
   const bin = new Uint8Array(n);
   const lp = new Float64Array(k);
+  const scores = new Float64Array(2);
   for (let i = 0; i < n; i++) {
     const off = i * k;
-    logProbs(z, off, k, beta, lp);
-    let top = 0;
-    let b = 0;
-    for (let j = 0; j < k; j++) {
-      const p = Math.exp(lp[j]);
-      if (p > top) top = p;
-      const d = p - (j === y[i] ? 1 : 0);
-      b += d * d;
-    }
+    rowScores(z, off, k, beta, y[i], lp, scores);
+    const top = scores[0];
+    const b = scores[1];
     nll[i] = -lp[y[i]];
     brier[i] = b;
     const at = binOf(top);

@@ -94,18 +94,6 @@ export function upperEdges(values, entry) {
   return Float64Array.from(edges.filter((e, i) => i === 0 || e !== edges[i - 1]));
 }
 
-/** The first bin whose upper edge is >= v (edges.length when v is above the last). */
-function binOf(edges, v) {
-  let lo = 0;
-  let hi = edges.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >> 1;
-    if (edges[mid] >= v) hi = mid;
-    else lo = mid + 1;
-  }
-  return lo;
-}
-
 /** The plug-in (or debiased) error of `values` against 0/1 `outcomes` in the bins of `edges`;
  * null when debiased and no bin holds two rows. */
 export function calibrationError(values, outcomes, edges, norm, debias) {
@@ -114,7 +102,7 @@ export function calibrationError(values, outcomes, edges, norm, debias) {
   const sumP = new Float64Array(m);
   const sumY = new Float64Array(m);
   for (let i = 0; i < values.length; i++) {
-    const b = binOf(edges, values[i]);
+    const b = lowerBound(edges, values[i]); // the first bin whose upper edge is >= the value
     count[b] += 1;
     sumP[b] += values[i];
     sumY[b] += outcomes[i];
@@ -271,7 +259,7 @@ export function smoothEceAt(conf, correct, sigma, mesh) {
   return total / totalDensity;
 }
 
-/** The first position t with sorted[t] >= v. */
+/** The first position t with sorted[t] >= v (sorted.length when v is above the last). */
 function lowerBound(sorted, v) {
   let lo = 0;
   let hi = sorted.length;

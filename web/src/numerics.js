@@ -90,11 +90,28 @@ function gradientAt(pool, beta) {
   return total.value / n;
 }
 
+/** Row `off / k`'s log-probabilities at inverse temperature beta into `lp`; its confidence (the
+ * largest probability) into out[0] and its Brier sum against `label` into out[1]. */
+export function rowScores(z, off, k, beta, label, lp, out) {
+  logProbs(z, off, k, beta, lp);
+  let top = 0;
+  let b = 0;
+  for (let j = 0; j < k; j++) {
+    const p = Math.exp(lp[j]);
+    if (p > top) top = p;
+    const d = p - (j === label ? 1 : 0);
+    b += d * d;
+  }
+  out[0] = top;
+  out[1] = b;
+}
+
 /** The metrics.json `M` object of the pool at inverse temperature beta (FORMAT.md). Integer
  * fields are marked in `ints` (their dotted paths), since JSON alone does not tell 3 from 3.0. */
 export function metricSet(pool, beta, threshold) {
   const { n, k, z, y } = pool;
   const lp = new Float64Array(k);
+  const scores = new Float64Array(2);
   const conf = new Float64Array(n);
   const correct = new Uint8Array(n);
   const nll = new Sum();
@@ -103,15 +120,9 @@ export function metricSet(pool, beta, threshold) {
   let nCorrect = 0;
   for (let i = 0; i < n; i++) {
     const off = i * k;
-    logProbs(z, off, k, beta, lp);
-    let top = 0;
-    let b = 0;
-    for (let j = 0; j < k; j++) {
-      const p = Math.exp(lp[j]);
-      if (p > top) top = p;
-      const d = p - (j === y[i] ? 1 : 0);
-      b += d * d;
-    }
+    rowScores(z, off, k, beta, y[i], lp, scores);
+    const top = scores[0];
+    const b = scores[1];
     conf[i] = top;
     confSum.add(top);
     nll.add(-lp[y[i]]);
