@@ -50,7 +50,8 @@ class DistilBertClassifier:
     in eval mode), except that embeddings, linear layers, layer norms, GELU and residual adds run
     on the batch's real tokens packed into [tokens, dim] instead of the padded [B, longest, dim]:
     all of them work row by row. Attention keeps the protocol's padded layout: q, k and v are
-    scattered into [B, heads, longest, head_dim] (padding rows zero), scores = (q @ k^T) * head_dim
+    scattered into [B, longest, heads, head_dim] (padding rows zero) and read as transformers'
+    [B, heads, longest, head_dim] views, scores = (q @ k^T) * head_dim
     ** -0.5, plus the additive mask (0 on real keys, the dtype's lowest value on padding), softmax,
     @ v; the context rows of real tokens are gathered back. Padding keys get weight exactly 0
     either way, so no real token's value depends on what sits in the padding.
