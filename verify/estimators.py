@@ -55,7 +55,8 @@ def upper_edges(values: F64, entry: dict[str, Any], draws: F64 | None = None) ->
     n = len(ordered) if draws is None else round(float(draws.sum()))
     runs = min(bins, n)
     size, extra = divmod(n, runs)
-    ends = np.array([(i + 1) * size + min(i + 1, extra) for i in range(runs - 1)], dtype=np.int64)
+    first = np.arange(1, runs, dtype=np.int64)  # run i + 1 starts after i + 1 runs, the first `extra` one longer
+    ends = first * size + np.minimum(first, extra)
     # Sample positions e - 1 and e (e: first index of run i + 1), as indices into `values`.
     before, at = (ends - 1, ends) if draws is None else (
         np.searchsorted(np.cumsum(draws), [ends - 1, ends], side="right"))
