@@ -139,13 +139,27 @@ def _round_to_grid(f: F64, y: F64, points: int) -> F64:
     return values
 
 
+def _convolved(x: F64, kernel: F64, start: int, count: int) -> F64:
+    """numpy.convolve(x, kernel, "valid")[start: start + count], as each window's elementwise
+    products summed by numpy's pairwise sum. numpy.convolve takes its dot products from the BLAS
+    kernel OpenBLAS selects for the machine (or OPENBLAS_CORETYPE names), whose rounding differs
+    between kernels; this sum's bits are the same wherever it runs."""
+    windows = np.lib.stride_tricks.sliding_window_view(x, len(kernel))[start: start + count]
+    reversed_kernel = kernel[::-1].copy()
+    out = np.empty(len(windows))
+    step = max(1, (1 << 20) // len(kernel))  # about 8 MB of products at a time
+    for s in range(0, len(windows), step):
+        out[s: s + step] = (windows[s: s + step] * reversed_kernel).sum(axis=1)
+    return out
+
+
 def _reflected_smooth(f: F64, y: F64, x_eval: F64, sigma: float) -> F64:
     points = max(2000, round(20 / sigma)) // 2 + 1
     values = _round_to_grid(f, y, points)
     t = np.linspace(0, 1, points)
     kernel = np.exp(-(t - 0.5) * (t - 0.5) / (2 * sigma ** 2)) / (np.sqrt(2 * np.pi) * sigma)
     extended = np.concatenate([np.flip(values)[:-1], values, np.flip(values)[1:]])
-    smoothed = np.convolve(extended, kernel, "valid")[points // 2: points // 2 + points]
+    smoothed = _convolved(extended, kernel, points // 2, points)
     # Linear interpolation of grid point i / (points - 1) -> smoothed[i] at x_eval.
     cell = (x_eval * (points - 1)).astype(int).clip(0, points - 2)
     frac = (x_eval - cell * (1 / (points - 1))) / (1 / (points - 1))
