@@ -4,24 +4,12 @@ its table (web/src/casefold.generated.js) is what scripts/casefold_table.py writ
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
-
-import pytest
 
 from scripts.casefold_table import OUT, render
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def node_ready() -> None:
-    if shutil.which("node") is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("node must be present in CI")
-        pytest.skip("node is absent")
 
 
 def test_the_committed_table_is_what_the_script_writes() -> None:

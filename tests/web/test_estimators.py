@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 from scipy.stats import beta as beta_dist
 
 from verify import estimators
@@ -27,14 +24,6 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "web" / "test" / "estimators.mjs"
 TOL = 1e-12
 PROTOCOL = json.loads((REPO / "provenance.json").read_bytes())
-
-
-@pytest.fixture(scope="module")
-def node_ready() -> None:
-    if shutil.which("node") is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("node must be present in CI")
-        pytest.skip("node is absent")
 
 
 def _page(cases: list[dict[str, Any]], clopper: list[tuple[int, int, float]] | None = None) -> dict[str, Any]:

@@ -107,21 +107,7 @@ export function calibrationError(values, outcomes, edges, norm, debias) {
     sumP[b] += values[i];
     sumY[b] += outcomes[i];
   }
-  const power = norm === 'l1' ? 1 : 2;
-  let weighted = 0;
-  let kept = 0;
-  for (let b = 0; b < m; b++) {
-    if (count[b] < (debias ? 2 : 1)) continue;
-    kept++;
-    const mp = sumP[b] / count[b];
-    const my = sumY[b] / count[b];
-    let term = Math.abs(mp - my) ** power;
-    if (debias) term -= (my * (1 - my)) / (count[b] - 1);
-    weighted += count[b] * term;
-  }
-  if (debias && !kept) return null;
-  const total = weighted / values.length;
-  return debias ? Math.sqrt(Math.max(total, 0)) : total ** (1 / power);
+  return errorOfSums({ count, sumP, sumY, total: values.length }, norm, debias);
 }
 
 /** A binned estimator of one scale, top-label or classwise; null when undefined. */
