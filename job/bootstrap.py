@@ -11,8 +11,9 @@ statistic is calibrated minus raw. The interval is
 `numpy.quantile(differences, [q_lo, q_hi], method="linear")`.
 
 Vectorised: a (resamples x n) matrix of draw counts W (bincount over row-offset indices) turns
-every per-resample mean into one matrix product W @ x / n; ECE uses the identity
-ECE = (1/n) sum_b |sum_{i in b} w_i (correct_i - conf_i)|, so the per-bin signed sums are W @ D with
+every per-resample mean into one weighted sum W x / n (elementwise products and numpy's pairwise
+sum, not a BLAS product: `weighted_sums`); ECE uses the identity
+ECE = (1/n) sum_b |sum_{i in b} w_i (correct_i - conf_i)|, so the per-bin signed sums are W D with
 D[i, b] = (correct_i - conf_i) [bin_i = b].
 
 Bounded memory: the matrix is drawn and scored in consecutive blocks of resamples, at most
@@ -93,13 +94,23 @@ def row_terms(logits: F64, labels: NDArray[np.int64], beta: float) -> dict[str, 
     return {"nll": -lp[rows, labels], "brier": ((p - onehot) ** 2).sum(axis=1), "ece": signed}
 
 
+def weighted_sums(weights: F64, column: F64) -> F64:
+    """weights @ column for a column of n values, as each row's elementwise products summed by
+    numpy's pairwise sum. A matrix product takes the BLAS kernel OpenBLAS selects for the machine
+    (or OPENBLAS_CORETYPE names), and kernels round differently; this sum's bits are the same
+    wherever it runs, so a host run and a container run write the same bootstrap.json."""
+    return (weights * column).sum(axis=1)  # type: ignore[no-any-return]
+
+
 def metric_values(terms: dict[str, F64], weights: F64) -> dict[str, F64]:
     """Each metric for every weight row (weights: (B, n) draw counts summing to n per row)."""
     n = weights.shape[1]
+    signed = terms["ece"]
+    per_bin = np.stack([weighted_sums(weights, signed[:, b]) for b in range(signed.shape[1])], axis=1)
     return {
-        "nll": weights @ terms["nll"] / n,
-        "brier": weights @ terms["brier"] / n,
-        "ece": np.abs(weights @ terms["ece"]).sum(axis=1) / n,
+        "nll": weighted_sums(weights, terms["nll"]) / n,
+        "brier": weighted_sums(weights, terms["brier"]) / n,
+        "ece": np.abs(per_bin).sum(axis=1) / n,
     }
 
 
