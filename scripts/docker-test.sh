@@ -165,7 +165,10 @@ if [[ -d "$WORK/c1/bundle/data/predictions" ]]; then
   while IFS= read -r f; do files+=("$f"); done < <(cd "$WORK/c1/bundle" && ls data/predictions/*.parquet)
 fi
 ((${#files[@]})) || fail "no data/predictions/*.parquet in container bundle 1"
-files+=(data/temperature.json data/trajectory.json data/metrics.json)
+# every payload file whose bytes the job decides (environment.json, report.md and the crate name the
+# interpreter and the image, which differ by design)
+files+=(data/temperature.json data/trajectory.json data/metrics.json data/bootstrap.json data/stability.json
+        data/pools.json data/figures/reliability-audit.png data/figures/confidence-audit.png)
 for f in "${files[@]}"; do
   sums=()
   for b in c1 c2 host; do
