@@ -11,8 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
-from job import arrow_arrays
-from job.arrow_arrays import from_numpy, to_numpy
+from job.arrow_arrays import from_numpy, strings, to_numpy
 from job.calibration import softmax
 from job.dataset import Strings
 from verify.predictions import PredictionsFile, logit_matrix
@@ -31,7 +30,7 @@ class PoolOutput:
 
 def _strings(values: Sequence[str]) -> pa.Array:
     """An Arrow `string` column of the values; a Strings column as it is, not copied."""
-    return values.arrow() if isinstance(values, Strings) else arrow_arrays.strings(values)
+    return values.arrow() if isinstance(values, Strings) else strings(values)
 
 
 def predictions_table(ids: NDArray[np.int64], keys: Sequence[str], text_sha256: Sequence[str],

@@ -8,13 +8,10 @@ Needs node (skipped without, except where CI=true)."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 WEB = REPO / "web"
@@ -24,14 +21,6 @@ ROWS = [1, 2, 3, 255, 256, 257, 360, 1001]
 """Full matrices (resamples x n): odd n leaves a buffered 32-bit half to the next row."""
 RANGES = [2**31 - 1, 2**31, 2**31 + 1, 3 * 2**30 + 5, 2**32 - 1, 2**32, 2**32 + 1, 2**40, 2**53 - 1]
 """Ranges too large for a full row: 7 rows of 5 draws each (2**31 + 1 rejects about half its draws)."""
-
-
-@pytest.fixture(scope="module")
-def node_ready() -> None:
-    if shutil.which("node") is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("the page's tests must run in CI: node is absent")
-        pytest.skip("node is absent")
 
 
 def _draw(cases: list[dict[str, int]], tmp: Path) -> list[np.ndarray]:
