@@ -27,6 +27,7 @@ from bundle import layout
 from bundle.wording import NO_CLAIM, interval_verdict
 from verify import bootstrap, numerics
 from verify.context import METRIC_TOL, Context
+from verify.memo import memoized
 from verify.numerics import F64, I64
 from verify.result import Failed
 
@@ -333,6 +334,10 @@ def expected_record(protocol: dict[str, Any], z: F64, y: I64, beta: float) -> di
             "results": results}
 
 
+_expected = memoized(expected_record)
+"""expected_record, computed once per process for the same protocol, logits and beta (verify/memo.py)."""
+
+
 def recomputed(ctx: Context) -> str:
     """Every pre-registered estimator recomputed, raw and calibrated, with its intervals."""
     protocol = ctx.doc(layout.PROTOCOL_JSON)
@@ -342,7 +347,7 @@ def recomputed(ctx: Context) -> str:
     if found is None:
         raise Failed("the protocol pre-registers estimators but metrics.json has none.")
     data = ctx.table("audit")
-    expected = expected_record(protocol, data.z, data.y, float(ctx.doc(layout.TEMPERATURE_JSON)["beta"]))
+    expected = _expected(protocol, data.z, data.y, float(ctx.doc(layout.TEMPERATURE_JSON)["beta"]))
     diffs: list[str] = []
     numerics.compare(found, expected, "estimators", METRIC_TOL, diffs)
     if diffs:

@@ -1,0 +1,74 @@
+"""Remembering the two costly pure derivations of a verification within one process.
+
+Drawing the figures again (matplotlib, about a second) and scoring the estimators on every
+bootstrap resample are pure functions of records the verifier has already checked. A process
+that verifies many bundles made from the same records (a sweep verified again after one member
+changed, a library caller checking archive and folder, a test suite's tamper cases) draws and
+scores each set of records once.
+
+The key is the SHA-256 of the arguments' exact contents: each array's dtype, shape and bytes, and
+every other value pickled, which keeps types and float bits apart (1 and 1.0, 0.0 and -0.0, "1" and
+1 give different keys). Equal keys therefore mean equal inputs, and a pure function's result
+can be handed back. Nothing is kept on disk or between processes: a verification never trusts
+what another process computed. The results are immutable (bytes, or a deep copy of a record)."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+import pickle
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
+
+import numpy as np
+
+__all__ = ["SIZE", "key_of", "memoized"]
+
+SIZE = 8
+"""Results kept per function, the least recently used dropped first."""
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _feed(h: Any, value: Any) -> None:
+    if isinstance(value, np.ndarray):
+        h.update(b"A" + pickle.dumps((value.dtype.str, value.shape)))
+        h.update(np.ascontiguousarray(value).tobytes())
+    else:
+        data = pickle.dumps(value, protocol=5)
+        h.update(b"P" + len(data).to_bytes(8, "big") + data)
+
+
+def key_of(*args: Any, **kwargs: Any) -> bytes:
+    """The SHA-256 of the arguments' exact contents (arrays by dtype, shape and bytes)."""
+    h = hashlib.sha256()
+    for value in args:
+        _feed(h, value)
+    for name in sorted(kwargs):
+        _feed(h, name)
+        _feed(h, kwargs[name])
+    return h.digest()
+
+
+def memoized(fn: Callable[P, R]) -> Callable[P, R]:
+    """`fn`, answering a call whose arguments have the key of one of the last SIZE calls with a
+    deep copy of that call's result. `fn` must be pure: its result depends only on its arguments."""
+    kept: OrderedDict[bytes, R] = OrderedDict()
+
+    @functools.wraps(fn)
+    def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        key = key_of(*args, **kwargs)
+        if key in kept:
+            kept.move_to_end(key)
+            return copy.deepcopy(kept[key])
+        result = fn(*args, **kwargs)
+        kept[key] = copy.deepcopy(result)
+        while len(kept) > SIZE:
+            kept.popitem(last=False)
+        return result
+
+    call.cache_clear = kept.clear  # type: ignore[attr-defined]
+    return call
