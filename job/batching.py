@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
-from job import arrow_arrays
+from bundle import arrow_arrays
 from job.dataset import Strings
 from job.errors import JobError
 

@@ -21,7 +21,7 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
-from job import arrow_arrays
+from bundle import arrow_arrays
 from job.errors import JobError
 from job.rowcheck import check_rows
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
-from job.arrow_arrays import from_numpy, strings, to_numpy
+from bundle.arrow_arrays import from_numpy, strings, to_numpy
 from job.calibration import softmax
 from job.dataset import Strings
 from verify.predictions import PredictionsFile, logit_matrix

@@ -6,7 +6,9 @@ Numpy only, and by other methods than the job's (job/estimators.py) where the de
   array), bins by numpy.digitize(right=True) (the job: searchsorted), per-bin sums by bincount;
 - ks: per distinct confidence by numpy.unique and bincount, then one cumulative sum;
 - the bootstrap intervals: each resample as draw counts over the audit rows (the job gathers the
-  drawn rows), scored on the rows sorted once, resamples drawn and scored block by block so that
+  drawn rows), scored on the rows sorted once, many resamples at a time: a bin's sums are
+  differences of running sums along the sorted column at that resample's edges, its equal-mass
+  edges found from its running draw counts; resamples drawn and scored block by block so that
   memory stays bounded at the format's limits (verify/bootstrap.py);
 - smooth-ece: the reflected Gaussian smoothing of relplot evaluated directly, as a sum over the
   occupied grid points and their two mirror images, at only the grid points the interpolation
@@ -33,6 +35,8 @@ from verify.result import Failed
 
 NEEDS = {"binned": ("binning", "bins", "norm", "debias"), "ks": (),
          "smooth-ece": ("bandwidth", "eps", "refine", "mesh"), "bin-intervals": ("method", "level")}
+SCORE_CELLS = 1 << 19
+"""Draw counts scored at once (resamples x rows): each of the scorer's few temporaries is 4 MB."""
 UNDEFINED = "no bin holds two rows, so the debiased estimate is undefined"
 
 
@@ -46,29 +50,26 @@ def wanted(ctx: Context) -> bool:
 
 # ---- binned ----------------------------------------------------------------------------------
 
-def upper_edges(values: F64, entry: dict[str, Any], draws: F64 | None = None) -> F64:
-    """Upper bin edges of `values`; with `draws` (how often each value was drawn), `values` are
-    already sorted and stand for the sorted sample in which value i occurs draws[i] times."""
+def upper_edges(values: F64, entry: dict[str, Any]) -> F64:
+    """Upper bin edges of `values` (a resample's are _Resampler._edges_block's)."""
     bins = int(entry["bins"])
     if entry["binning"] == "equal-width":
         return np.arange(1, bins + 1) / float(bins)
-    ordered = np.sort(values) if draws is None else values
-    n = len(ordered) if draws is None else round(float(draws.sum()))
+    ordered = np.sort(values)
+    n = len(ordered)
     runs = min(bins, n)
     size, extra = divmod(n, runs)
     first = np.arange(1, runs, dtype=np.int64)  # run i + 1 starts after i + 1 runs, the first `extra` one longer
     ends = first * size + np.minimum(first, extra)
-    # Sample positions e - 1 and e (e: first index of run i + 1), as indices into `values`.
-    before, at = (ends - 1, ends) if draws is None else (
-        np.searchsorted(np.cumsum(draws), [ends - 1, ends], side="right"))
+    # Sample positions e - 1 and e (e: first index of run i + 1).
+    before, at = ends - 1, ends
     return np.unique(np.append((ordered[before] + ordered[at]) / 2.0, 1.0))
 
 
-def calibration_error(values: F64, outcomes: F64, edges: F64, norm: str, debias: bool,
-                      draws: F64 | None = None) -> float | None:
-    """The plug-in or debiased error; with `draws`, of the sample in which row i occurs draws[i] times."""
+def calibration_error(values: F64, outcomes: F64, edges: F64, norm: str, debias: bool) -> float | None:
+    """The plug-in or debiased error of the rows (values, outcomes) in the bins with upper `edges`."""
     which = np.digitize(values, edges, right=True)
-    weight = np.ones(len(values)) if draws is None else draws
+    weight = np.ones(len(values))
     count = np.bincount(which, weights=weight, minlength=len(edges))
     sum_p = np.bincount(which, weights=weight * values, minlength=len(edges))
     sum_y = np.bincount(which, weights=weight * outcomes, minlength=len(edges))
@@ -226,7 +227,6 @@ class _Resampler:
         rows = np.arange(len(y))
         self.p, self.y, self.pred = p, y, pred
         self.conf, self.correct = p[rows, pred], (pred == y) * 1.0
-        self.distinct_inverse = np.unique(self.conf, return_inverse=True)[1]
         self._sorted: dict[int, tuple[I64, F64, F64]] = {}
 
     def column(self, k: int) -> tuple[I64, F64, F64]:
@@ -237,29 +237,88 @@ class _Resampler:
             self._sorted[k] = (order, values[order], outcomes[order])
         return self._sorted[k]
 
-    def binned_column(self, entry: dict[str, Any], k: int, draws: F64) -> float | None:
-        order, values, outcomes = self.column(k)
-        w = draws[order]
-        return calibration_error(values, outcomes, upper_edges(values, entry, w), entry["norm"], entry["debias"], w)
+    def smooth(self, entry: dict[str, Any], rows: I64) -> float | None:
+        """Smooth ECE of the resample that drew `rows`: the bandwidth search compares floats, so the
+        drawn rows themselves are scored, in draw order."""
+        return smooth_ece(entry, self.conf[rows], self.correct[rows])[0]
 
-    def score(self, entry: dict[str, Any], draws: F64, rows: I64) -> float | None:
-        """The estimator on the resample that drew row i draws[i] times (`rows`: the drawn rows)."""
+    def block(self, entry: dict[str, Any], draws: F64) -> list[float | None] | None:
+        """The estimator on every resample of a block at once (`draws`: B x n draw counts), or None
+        for an estimator scored one resample at a time (smooth ECE). The bins' sums are differences
+        of prefix sums along the sorted column, at the positions of each resample's edges."""
         if entry["kind"] == "ks":
-            per_value = np.bincount(self.distinct_inverse, weights=draws * (self.correct - self.conf))
-            return float(np.max(np.abs(np.cumsum(per_value))) / len(rows))
-        if entry["kind"] == "smooth-ece":
-            # The bandwidth search compares floats: score the drawn rows themselves, in draw order.
-            return smooth_ece(entry, self.conf[rows], self.correct[rows])[0]
+            return [float(v) for v in self._ks_block(draws)]
+        if entry["kind"] != "binned":
+            return None
         if entry.get("confidence", "top-label") == "top-label":
-            return self.binned_column(entry, -1, draws)
+            return _optional(self._binned_block(entry, -1, draws))
         power = 1.0 if entry["norm"] == "l1" else 2.0
-        total = 0.0
+        total = np.zeros(draws.shape[0])
         for k in range(self.p.shape[1]):
-            err = self.binned_column(entry, k, draws)
-            if err is None:
-                return None
-            total += err ** power
-        return float((total / self.p.shape[1]) ** (1.0 / power))
+            total += self._binned_block(entry, k, draws) ** power  # NaN (undefined) stays NaN
+        return _optional((total / self.p.shape[1]) ** (1.0 / power))
+
+    def _ks_block(self, draws: F64) -> F64:
+        order, values, outcomes = self.column(-1)
+        last = np.append(np.flatnonzero(values[1:] != values[:-1]), len(values) - 1)  # each distinct value's last row
+        drift = np.cumsum(draws[:, order] * (outcomes - values), axis=1)[:, last]
+        result: F64 = np.max(np.abs(drift), axis=1) / draws.shape[1]
+        return result
+
+    def _binned_block(self, entry: dict[str, Any], k: int, draws: F64) -> F64:
+        """Each resample's binned error of column k (NaN where the debiased estimate is undefined)."""
+        order, values, outcomes = self.column(k)
+        w = draws[:, order]
+        cum_w = np.cumsum(w, axis=1)
+        edges = self._edges_block(values, entry, cum_w)
+        # Bin j holds the sorted rows [at[j], at[j + 1]): the values in (edge j-1, edge j], as
+        # numpy.digitize(right=True) bins them, and a last bin for anything above the top edge.
+        b, n = w.shape
+        at = np.concatenate([np.zeros((b, 1), np.int64), np.searchsorted(values, edges, side="right"),
+                             np.full((b, 1), n, np.int64)], axis=1)
+        zero = np.zeros((b, 1))
+        sums = [np.diff(np.take_along_axis(np.concatenate([zero, s], axis=1), at, axis=1), axis=1)
+                for s in (cum_w, np.cumsum(w * values, axis=1), np.cumsum(w * outcomes, axis=1))]
+        count, sum_p, sum_y = sums
+        power = 1.0 if entry["norm"] == "l1" else 2.0
+        keep = count >= (2 if entry["debias"] else 1)
+        safe = np.where(keep, count, 1.0)
+        mp, my = sum_p / safe, sum_y / safe
+        terms = np.abs(mp - my) ** power
+        if entry["debias"]:
+            terms = terms - my * (1.0 - my) / np.where(keep, count - 1.0, 1.0)
+        total = np.sum(np.where(keep, count * terms, 0.0), axis=1) / cum_w[:, -1]
+        if entry["debias"]:
+            out: F64 = np.where(keep.any(axis=1), np.sqrt(np.maximum(total, 0.0)), np.nan)
+            return out
+        out = total ** (1.0 / power)
+        return out
+
+    @staticmethod
+    def _edges_block(values: F64, entry: dict[str, Any], cum_w: F64) -> F64:
+        """upper_edges of each resample (rows of cum_w: the running draw counts along the sorted
+        values), as a B x m matrix; a repeated edge makes an empty bin, which no error counts."""
+        b = cum_w.shape[0]
+        bins = int(entry["bins"])
+        if entry["binning"] == "equal-width":
+            return np.broadcast_to(np.arange(1, bins + 1) / float(bins), (b, bins))
+        n = cum_w.shape[1]  # every resample draws as many rows as the pool has
+        runs = min(bins, n)
+        size, extra = divmod(n, runs)
+        first = np.arange(1, runs, dtype=np.int64)
+        ends = first * size + np.minimum(first, extra)
+        # Sample positions e - 1 and e of each resample, found in one search: row r of the running
+        # counts is lifted by r * (n + 1), above every value of the rows before it.
+        lift = np.arange(b, dtype=np.float64)[:, None] * (n + 1)
+        flat = (cum_w + lift).ravel()
+        where = [np.searchsorted(flat, (q + lift).ravel(), side="right").reshape(b, -1) - np.arange(b)[:, None] * n
+                 for q in (ends - 1.0, ends * 1.0)]
+        middle = (values[where[0]] + values[where[1]]) / 2.0
+        return np.concatenate([middle, np.ones((b, 1))], axis=1)
+
+
+def _optional(values: F64) -> list[float | None]:
+    return [None if np.isnan(v) else float(v) for v in values]
 
 
 def resample_scores(entries: list[dict[str, Any]], scales: dict[str, F64], y: I64, pred: I64, seed: int,
@@ -271,12 +330,17 @@ def resample_scores(entries: list[dict[str, Any]], scales: dict[str, F64], y: I6
     out: dict[str, dict[str, list[float | None]]] = {e["id"]: {which: [] for which in scales} for e in entries}
     cells = bootstrap.BLOCK_CELLS
     counts = np.empty((min(resamples, max(1, cells // max(n, 1))), n))
+    step = max(1, SCORE_CELLS // max(n, 1))
     for block in bootstrap.resample_blocks(seed, resamples, n, cells):
         draws = bootstrap.draw_counts(block, n, counts)
-        for b in range(block.shape[0]):
+        for start in range(0, block.shape[0], step):
+            part = draws[start:start + step]
             for entry in entries:
                 for which, scorer in scorers.items():
-                    out[entry["id"]][which].append(scorer.score(entry, draws[b], block[b]))
+                    scores = scorer.block(entry, part)
+                    if scores is None:
+                        scores = [scorer.smooth(entry, rows) for rows in block[start:start + step]]
+                    out[entry["id"]][which].extend(scores)
     return out
 
 

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bundle import layout, limits
+from bundle.arrow_arrays import to_numpy
 from verify import compat, numerics
 from verify.context import METRIC_TOL, POOL_NAMES, Context
 from verify.parsed import PoolData
@@ -74,7 +75,7 @@ def logit_matrix(table: pa.Table, k: int) -> np.ndarray:
     """The [n, k] float32 logits of a predictions table, columns logit_0 .. logit_{k-1}."""
     if k == 0:
         return np.empty((table.num_rows, 0), dtype=np.float32)
-    return np.stack([table.column(f"logit_{j}").to_numpy() for j in range(k)], axis=1)
+    return np.stack([to_numpy(table.column(f"logit_{j}")) for j in range(k)], axis=1)
 
 
 def _check_metadata(path: str, source: pq.ParquetFile, k: int, max_rows: int) -> None:
@@ -117,7 +118,7 @@ def read_pool(name: str, data: bytes, k: int, max_rows: int = limits.MAX_ROWS,
     z32 = logit_matrix(table, k)
     if not np.isfinite(z32).all():
         raise Failed(f"{path} holds a logit that is NaN or infinite.")
-    y = table.column("label").to_numpy().astype(np.int64)
+    y = to_numpy(table.column("label")).astype(np.int64)
     if len(y) and (y.min() < 0 or y.max() >= k):
         raise Failed(f"{path} holds labels outside 0..{k - 1}.")
     return PoolData(
@@ -128,12 +129,12 @@ def read_pool(name: str, data: bytes, k: int, max_rows: int = limits.MAX_ROWS,
         z32=z32,
         z=z32.astype(np.float64),
         y=y,
-        prob=np.stack([table.column(f"prob_{i}").to_numpy() for i in range(k)], axis=1),
-        pred=table.column("pred").to_numpy().astype(np.int64),
-        token_count=table.column("token_count").to_numpy(),
-        truncated=table.column("truncated").to_numpy(zero_copy_only=False),
-        batch=table.column("batch").to_numpy(),
-        full_token_count=(table.column("full_token_count").to_numpy()
+        prob=np.stack([to_numpy(table.column(f"prob_{i}")) for i in range(k)], axis=1),
+        pred=to_numpy(table.column("pred")).astype(np.int64),
+        token_count=to_numpy(table.column("token_count")),
+        truncated=to_numpy(table.column("truncated")),
+        batch=to_numpy(table.column("batch")),
+        full_token_count=(to_numpy(table.column("full_token_count"))
                           if "full_token_count" in table.column_names else None),
     )
 

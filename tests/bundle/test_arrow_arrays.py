@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from job.arrow_arrays import from_numpy, strings, to_numpy
+from bundle.arrow_arrays import from_numpy, strings, to_numpy
 from tests.factory import REPO
 
 NUMERIC = [(pa.int32(), np.int32), (pa.int64(), np.int64), (pa.uint64(), np.uint64), (pa.float32(), np.float32),
@@ -71,13 +71,13 @@ def test_what_the_conversions_refuse() -> None:
 
 
 @pytest.mark.skipif(importlib.util.find_spec("pandas") is None, reason="pandas is not installed")
-def test_reading_a_split_and_writing_predictions_imports_no_pandas() -> None:
+def test_reading_a_split_writing_predictions_and_verifying_them_imports_no_pandas() -> None:
     code = (
         "import json, sys, tempfile\n"
         "from pathlib import Path\n"
         "import numpy as np\n"
         "import pyarrow as pa, pyarrow.parquet as pq\n"
-        "from job.arrow_arrays import strings, from_numpy\n"
+        "from bundle.arrow_arrays import strings, from_numpy\n"
         "from job.dataset import load_rows, take\n"
         "from job.batching import batch_plan\n"
         "from job.predictions import PoolOutput, Predictions, predictions_table, predictions_bytes\n"
@@ -95,8 +95,10 @@ def test_reading_a_split_and_writing_predictions_imports_no_pandas() -> None:
         " np.zeros(3, np.int64), np.ones(3, np.int64))\n"
         "table = predictions_table(rows.ids[:3], keys, keys, rows.labels[:3], out)\n"
         "Predictions.of_table('audit', table, 'x')\n"
-        "predictions_bytes(table)\n"
-        "print(json.dumps({'pandas': 'pandas' in sys.modules, 'rows': len(rows.ids)}))\n")
+        "data = predictions_bytes(table)\n"
+        "from verify.predictions import read_pool\n"
+        "pool = read_pool('audit', data, 2)\n"
+        "print(json.dumps({'pandas': 'pandas' in sys.modules, 'rows': len(rows.ids), 'read': len(pool.y)}))\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
                          check=True)
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"pandas": False, "rows": 4}
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"pandas": False, "rows": 4, "read": 3}
