@@ -18,7 +18,7 @@ from bundle.crate_graph import entities, stated_publication
 from bundle.crate_terms import VOLATILE
 from bundle.predicate import restated_predicate
 from bundle.views.crate import Described
-from bundle.views.figures import render_figures
+from bundle.views.figures import draw_figures, render_figures
 from job.bootstrap import bootstrap_record
 from job.predictions import Predictions
 from job.protocol import AUDIT, CALIBRATION, BootstrapSpec, FitSpec, StabilitySpec
@@ -116,9 +116,11 @@ def crate_bytes_of(data: Path, *, signer_fingerprint: str | None, date_published
                           publication=publication))
 
 
-def figures_of(data: Path) -> dict[str, bytes]:
+def figures_of(data: Path, fresh: bool = False) -> dict[str, bytes]:
     """bundle.views.figures.render_figures of the metrics.json and audit logits in the data folder
-    `data`: {path inside data/: PNG bytes}, what the run draws from its records."""
+    `data`: {path inside data/: PNG bytes}, what the run draws from its records; drawn now
+    (draw_figures, not a remembered drawing) when `fresh`."""
     metrics = loads_strict((data / layout.data_name(layout.METRICS_JSON)).read_bytes(), source=layout.METRICS_JSON)
     audit = predictions_of(data, AUDIT)
-    return render_figures(metrics, audit.logits.astype(np.float64), audit.labels)
+    draw = draw_figures if fresh else render_figures
+    return draw(metrics, audit.logits.astype(np.float64), audit.labels)

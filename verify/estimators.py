@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 
 from bundle import layout
+from bundle.memo import memoized
 from bundle.wording import NO_CLAIM, interval_verdict
 from verify import bootstrap, numerics
 from verify.context import METRIC_TOL, Context
-from verify.memo import memoized
 from verify.numerics import F64, I64
 from verify.result import Failed
 
@@ -399,7 +399,7 @@ def expected_record(protocol: dict[str, Any], z: F64, y: I64, beta: float) -> di
 
 
 _expected = memoized(expected_record)
-"""expected_record, computed once per process for the same protocol, logits and beta (verify/memo.py)."""
+"""expected_record, computed once per process for the same protocol, logits and beta (bundle/memo.py)."""
 
 
 def recomputed(ctx: Context) -> str:

@@ -7,13 +7,10 @@ from __future__ import annotations
 import hashlib
 import struct
 import zlib
-from typing import Any
 
 from bundle import layout
 from verify import renderer
 from verify.context import Context
-from verify.memo import memoized
-from verify.numerics import F64, I64
 from verify.result import DigestMismatch, Failed
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -54,20 +51,14 @@ def png(ctx: Context) -> str:
     return "well-formed PNG: " + ", ".join(sizes)
 
 
-@memoized
-def _drawing(metrics: dict[str, Any], z: F64, y: I64) -> dict[str, bytes]:
-    """bundle.views.figures.render_figures of these records, drawn once per process (verify/memo.py)."""
-    from bundle.views.figures import render_figures  # deferred: matplotlib, optional here, only to draw
-
-    return render_figures(metrics, z, y)
-
-
 def regenerated(ctx: Context) -> str:
     """Both figures are byte for byte the verifier's drawing of the checked records."""
     version = renderer.renderer(ctx)
     found = {path: ctx.file(path) for path in layout.FIGURES}
     mpl = renderer.matplotlib_version(ctx)
-    drawn = _drawing(ctx.doc(layout.METRICS_JSON), ctx.table("audit").z, ctx.table("audit").y)
+    from bundle.views.figures import render_figures  # deferred: matplotlib, optional here, only to draw
+
+    drawn = render_figures(ctx.doc(layout.METRICS_JSON), ctx.table("audit").z, ctx.table("audit").y)
     differ = [path for path in layout.FIGURES if drawn[layout.data_name(path)] != found[path]]
     if differ:
         raise DigestMismatch(

@@ -25,6 +25,7 @@ from numpy.typing import NDArray
 
 from bundle import layout
 from bundle.layout import data_name
+from bundle.memo import memoized
 from bundle.views.smooth import smooth_curve
 
 RELIABILITY = data_name(layout.RELIABILITY_FIGURE)
@@ -297,11 +298,11 @@ def confidence_png(logits: NDArray[np.float64], beta: float) -> bytes:
         return _png(fig)
 
 
-def render_figures(metrics: Mapping[str, Any], audit_logits: NDArray[np.float64],
-                   audit_labels: NDArray[np.int64] | None = None) -> dict[str, bytes]:
+def draw_figures(metrics: Mapping[str, Any], audit_logits: NDArray[np.float64],
+                 audit_labels: NDArray[np.int64] | None = None) -> dict[str, bytes]:
     """{path relative to data/: PNG bytes} for every figure, from the parsed metrics.json and the
     audit pool's logits (the float32 values of its predictions file, as float64, in pool order)
-    and labels (needed for the smoothed curve of a record with estimators)."""
+    and labels (needed for the smoothed curve of a record with estimators), drawn now."""
     # metrics.json records with `truncation` were written since the legend moved above the plots.
     return {
         RELIABILITY: reliability_png(metrics["pools"]["audit"], float(metrics["temperature"]),
@@ -309,3 +310,8 @@ def render_figures(metrics: Mapping[str, Any], audit_logits: NDArray[np.float64]
                                      extras=estimates_of(metrics, audit_logits, audit_labels)),
         CONFIDENCE: confidence_png(audit_logits, float(metrics["beta"])),
     }
+
+
+render_figures = memoized(draw_figures)
+"""draw_figures, drawn once per process for the same records (bundle/memo.py): what the job writes
+and the verifier requires, byte for byte."""

@@ -40,9 +40,10 @@ def test_the_walk_reaches_the_subpackages() -> None:
 
 def test_import_in_a_clean_interpreter_pulls_no_torch_job_or_verify() -> None:
     """The definitions import without numpy either; the views draw with numpy and matplotlib, and
-    the Arrow columns (bundle.arrow_arrays) convert with numpy and pyarrow."""
+    the Arrow columns (bundle.arrow_arrays) convert with numpy and pyarrow, and bundle.memo keys
+    arrays by their bytes."""
     modules = [m for m in _modules() if m != "bundle.__main__"]
-    numeric = {"bundle.arrow_arrays"}
+    numeric = {"bundle.arrow_arrays", "bundle.memo"}
     definitions = [m for m in modules if not m.startswith("bundle.views") and m not in numeric]
     views = [m for m in modules if m.startswith("bundle.views") or m in numeric]
     code = (

@@ -29,7 +29,7 @@ def chunks(png: bytes) -> list[bytes]:
 
 
 def test_two_renders_are_byte_identical(tiny_data: Path):
-    a, b = figures_of(tiny_data), figures_of(tiny_data)
+    a, b = figures_of(tiny_data, fresh=True), figures_of(tiny_data, fresh=True)
     assert set(a) == set(FIGURES)
     for path in FIGURES:
         assert a[path] == b[path], path
@@ -43,9 +43,9 @@ def test_no_metadata_text_or_time_in_the_png(tiny_data: Path):
 
 
 def test_a_users_rcparams_change_nothing_and_are_restored(tiny_data: Path):
-    reference = figures_of(tiny_data)
+    reference = figures_of(tiny_data, fresh=True)
     with matplotlib.rc_context({"font.size": 23.0, "axes.facecolor": "#ffeeaa", "lines.linewidth": 4}):
-        again = figures_of(tiny_data)
+        again = figures_of(tiny_data, fresh=True)
         assert matplotlib.rcParams["font.size"] == 23.0
     assert again == reference
 
@@ -57,7 +57,7 @@ def test_a_fresh_interpreter_renders_the_same_bytes(tiny_data: Path, tmp_path: P
     env = {**os.environ, "PYTHONHASHSEED": "123", "MPLBACKEND": "svg"}
     subprocess.run([sys.executable, "-c", code, str(tiny_data), str(tmp_path)], check=True, cwd=REPO,
                    env=env, timeout=120)
-    for path, png in figures_of(tiny_data).items():
+    for path, png in figures_of(tiny_data, fresh=True).items():
         assert (tmp_path / path.replace("/", "_")).read_bytes() == png, path
 
 

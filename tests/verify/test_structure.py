@@ -50,6 +50,7 @@ ALLOWED_FROM_BUNDLE = {
     ("bundle.views.arithmetic", "suspicious"),
     ("bundle.views.figures", "render_figures"),
     ("bundle.arrow_arrays", "to_numpy"),
+    ("bundle.memo", "memoized"),
     ("bundle.views.crate", "crate_bytes"),
     ("bundle.views.crate", "Described"),
     ("bundle.views.sweep_comparison", "render_sweep_views"),
@@ -61,7 +62,8 @@ ALLOWED_FROM_BUNDLE = {
 (bundle.predicate), the wording of warnings and interval verdicts (bundle.wording), the command
 line's stdout handling (bundle.terminal), the reading of a
 crate's graph (an entity's types, its references, the publication the root states), the key fingerprint,
-where the schemas live, the Arrow column conversion (bundle.arrow_arrays); and the renderers of
+where the schemas live, the Arrow column conversion (bundle.arrow_arrays), the memo of a
+pure function's last results (bundle.memo); and the renderers of
 the views (bundle.views), which lay
 out records the verifier has checked with its own code, so that it can require the bundle's
 report, figures and crate to be exactly their rendering (verify/README.md, "One reader of the

@@ -1,10 +1,10 @@
-"""Remembering the two costly pure derivations of a verification within one process.
+"""Remembering a costly pure function's last results within one process.
 
-Drawing the figures again (matplotlib, about a second) and scoring the estimators on every
-bootstrap resample are pure functions of records the verifier has already checked. A process
-that verifies many bundles made from the same records (a sweep verified again after one member
-changed, a library caller checking archive and folder, a test suite's tamper cases) draws and
-scores each set of records once.
+Drawing the figures (matplotlib, about a second; bundle.views.figures) and the verifier's scoring
+of the estimators on every bootstrap resample (verify/estimators.py) are pure functions of
+records. A process that writes or checks many bundles made from the same records (the verifier
+after the writer in `job cosign`, an archive and its folder, a sweep verified again after one
+member changed, a test suite's tamper cases) draws and scores each set of records once.
 
 The key is the SHA-256 of the arguments' exact contents: each array's dtype, shape and bytes, and
 every other value pickled, which keeps types and float bits apart (1 and 1.0, 0.0 and -0.0, "1" and
