@@ -5,14 +5,15 @@
 // metric as metrics.json defines it, and the statistic is calibrated minus raw; the interval is
 // numpy.quantile(differences, quantiles, method='linear').
 //
-// Streaming: one row of the matrix at a time (a Uint32Array of n, reused), hashed into
-// indices_sha256 and scored at once, so memory is a few arrays of n whatever the resample count.
-// A metric that is a mean over the drawn rows is the sum of per-row values over the draws / n; the
-// ECE of a resample is sum over bins |sum over its draws in the bin of (correct - confidence)| / n.
+// Streaming: one row of the matrix at a time (a Uint32Array of n, reused, and its draw counts),
+// hashed into indices_sha256 and scored at once (resamples.js), so memory is a few arrays of n
+// whatever the resample count. A metric that is a mean over the drawn rows is the sum of per-row
+// values times their draw counts / n; the ECE of a resample is sum over bins |sum over its rows in
+// the bin of draws x (correct - confidence)| / n.
 
 import { Int64Sha256 } from './digest.js';
 import { N_BINS, firstArgmax, rowScores } from './numerics.js';
-import { resampleRows } from './pcg64.js';
+import { ResampleMatrix, feedResamples } from './resamples.js';
 
 export const METRICS = ['nll', 'brier', 'ece'];
 
@@ -53,66 +54,96 @@ export function rowTerms(pool, beta) {
 }
 
 /**
+ * The bootstrap's consumer of a resample pass (resamples.js): each resample's calibrated-minus-raw
+ * NLL, Brier and ECE from its draw counts (`result()`: {nll, brier, ece}: Float64Array of
+ * `resamples`), for the audit `pool` at inverse temperature `beta`. A sum over the drawn rows is
+ * the sum over the pool's rows of draws x the row's value, taken in pool order (one sequential
+ * pass, where the drawn rows' order would read the terms at random).
+ */
+export class BootstrapScorer {
+  constructor(pool, beta, resamples) {
+    const { n } = pool;
+    const raw = rowTerms(pool, 1);
+    const cal = rowTerms(pool, beta);
+    // Interleaved per row: nll raw, nll cal, brier raw, brier cal, gap raw, gap cal.
+    const terms = new Float64Array(6 * n);
+    const bins = new Uint8Array(2 * n);
+    for (let i = 0; i < n; i++) {
+      terms[6 * i] = raw.nll[i];
+      terms[6 * i + 1] = cal.nll[i];
+      terms[6 * i + 2] = raw.brier[i];
+      terms[6 * i + 3] = cal.brier[i];
+      terms[6 * i + 4] = raw.gap[i];
+      terms[6 * i + 5] = cal.gap[i];
+      bins[2 * i] = raw.bin[i];
+      bins[2 * i + 1] = cal.bin[i];
+    }
+    this.n = n;
+    this.terms = terms;
+    this.bins = bins;
+    this.eceRaw = new Float64Array(N_BINS);
+    this.eceCal = new Float64Array(N_BINS);
+    this.out = { nll: new Float64Array(resamples), brier: new Float64Array(resamples), ece: new Float64Array(resamples) };
+    this.b = 0;
+  }
+
+  add(row, counts) {
+    scoreCounts(counts, this.n, this.terms, this.bins, this.eceRaw, this.eceCal, this.out, this.b);
+    this.b++;
+  }
+
+  result() {
+    return this.out;
+  }
+}
+
+/** The consumer that hashes the rows as little-endian int64 into indices_sha256 (`hex()`). */
+export class IndicesHasher {
+  constructor() {
+    this.digest = new Int64Sha256();
+  }
+
+  add(row) {
+    this.digest.update(row);
+  }
+
+  hex() {
+    return this.digest.hex();
+  }
+}
+
+/**
  * Every resample's calibrated-minus-raw NLL, Brier and ECE ({nll, brier, ece}: Float64Array of
  * `resamples`) and the sha256 of the resample matrix as little-endian int64 (`indicesSha256`), for the
  * audit `pool` at inverse temperature `beta`. `pause` (optional, awaited) is called about every
  * 50 ms so that the page can paint while a large matrix is drawn.
  */
 export async function pairedBootstrap(pool, beta, seed, resamples, pause = null) {
-  const { n } = pool;
-  const raw = rowTerms(pool, 1);
-  const cal = rowTerms(pool, beta);
-  // Interleaved per row, so that a draw reads one cache line: nll raw, nll cal, brier raw, brier cal.
-  const terms = new Float64Array(4 * n);
-  const gaps = new Float64Array(2 * n);
-  const bins = new Uint8Array(2 * n);
-  for (let i = 0; i < n; i++) {
-    terms[4 * i] = raw.nll[i];
-    terms[4 * i + 1] = cal.nll[i];
-    terms[4 * i + 2] = raw.brier[i];
-    terms[4 * i + 3] = cal.brier[i];
-    gaps[2 * i] = raw.gap[i];
-    gaps[2 * i + 1] = cal.gap[i];
-    bins[2 * i] = raw.bin[i];
-    bins[2 * i + 1] = cal.bin[i];
-  }
-  const out = { nll: new Float64Array(resamples), brier: new Float64Array(resamples), ece: new Float64Array(resamples) };
-  const digest = new Int64Sha256();
-  const eceRaw = new Float64Array(N_BINS);
-  const eceCal = new Float64Array(N_BINS);
-  let b = 0;
-  let last = performance.now();
-  for (const row of resampleRows(seed, n, resamples)) {
-    digest.update(row);
-    scoreRow(row, n, terms, gaps, bins, eceRaw, eceCal, out, b);
-    b++;
-    if (pause && performance.now() - last > 50) {
-      await pause();
-      last = performance.now();
-    }
-  }
-  return { ...out, indicesSha256: digest.hex() };
+  const scorer = new BootstrapScorer(pool, beta, resamples);
+  const hasher = new IndicesHasher();
+  await feedResamples(new ResampleMatrix(seed, pool.n, resamples), pool.n, [hasher, scorer], [], pause);
+  return { ...scorer.result(), indicesSha256: hasher.hex() };
 }
 
 /** Resample b's calibrated-minus-raw NLL, Brier and ECE into out.nll[b], out.brier[b], out.ece[b],
- * from its drawn rows and the interleaved per-row terms (a plain function: V8 optimises it whole,
- * where the loop inside the async generator-driven caller would run far slower). */
-function scoreRow(row, n, terms, gaps, bins, eceRaw, eceCal, out, b) {
+ * from its draw counts and the interleaved per-row terms (a plain function: V8 optimises it whole). */
+function scoreCounts(counts, n, terms, bins, eceRaw, eceCal, out, b) {
   let nllRaw = 0;
   let nllCal = 0;
   let brierRaw = 0;
   let brierCal = 0;
   eceRaw.fill(0);
   eceCal.fill(0);
-  for (let j = 0; j < n; j++) {
-    const i = row[j];
-    const o = 4 * i;
-    nllRaw += terms[o];
-    nllCal += terms[o + 1];
-    brierRaw += terms[o + 2];
-    brierCal += terms[o + 3];
-    eceRaw[bins[2 * i]] += gaps[2 * i];
-    eceCal[bins[2 * i + 1]] += gaps[2 * i + 1];
+  for (let i = 0; i < n; i++) {
+    const w = counts[i];
+    if (w === 0) continue;
+    const o = 6 * i;
+    nllRaw += w * terms[o];
+    nllCal += w * terms[o + 1];
+    brierRaw += w * terms[o + 2];
+    brierCal += w * terms[o + 3];
+    eceRaw[bins[2 * i]] += w * terms[o + 4];
+    eceCal[bins[2 * i + 1]] += w * terms[o + 5];
   }
   let er = 0;
   let ec = 0;

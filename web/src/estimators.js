@@ -24,6 +24,7 @@
 
 import { clopperPearson } from './beta.js';
 import { firstArgmax, N_BINS } from './numerics.js';
+import { feedResamples } from './resamples.js';
 
 export const UNDEFINED = 'no bin holds two rows, so the debiased estimate is undefined';
 export const NEEDS = {
@@ -512,37 +513,45 @@ export function entryProblem(entries, boot) {
   return null;
 }
 
+/** The estimators' consumer of a resample pass (resamples.js): every entry with an interval scored
+ * raw and calibrated on each resample (`drawn`: id -> {raw, calibrated}: the values in resample order). */
+export class IntervalScorer {
+  constructor(entries, scales) {
+    this.entries = entries;
+    this.resamplers = { raw: new Resampler(scales.raw), calibrated: new Resampler(scales.calibrated) };
+    this.drawn = {};
+    for (const e of entries) this.drawn[e.id] = { raw: [], calibrated: [] };
+  }
+
+  add(rows, draws) {
+    const { resamplers, drawn } = this;
+    resamplers.raw.next();
+    resamplers.calibrated.next();
+    for (const e of this.entries) {
+      for (const which of ['raw', 'calibrated']) drawn[e.id][which].push(resamplers[which].score(e, draws, rows));
+    }
+  }
+}
+
 /**
- * metrics.json `estimators` as the protocol and the audit logits make it. `resampleRows`: an
- * iterable of the bootstrap's index rows (Int32Array of n audit positions each, in resample
- * order), or null: then each interval field is left out and `intervals` is false. `pause`
- * (optional, awaited) is called about every 50 ms while the resamples are scored, so that the page
- * can paint.
+ * metrics.json `estimators` as the protocol and the audit logits make it. `resampleRows`: the
+ * bootstrap's resample matrix (a ResampleMatrix, drawn here) or an iterable of its index rows (an
+ * array of n audit positions each, in resample order), or null: then each interval field is left
+ * out and `intervals` is false. `pause` (optional, awaited) is called about every 50 ms while the
+ * resamples are scored, so that the page can paint. `riders`: other consumers of the same rows
+ * (resamples.js), fed in the same pass when there is one; one that throws is dropped and never
+ * changes this record.
  */
-export async function expectedRecord(protocol, audit, beta, resampleRows = null, pause = null) {
+export async function expectedRecord(protocol, audit, beta, resampleRows = null, pause = null, riders = []) {
   const entries = protocol.metrics.estimators;
   const boot = protocol.bootstrap || null;
   const scales = { raw: scale(audit, 1), calibrated: scale(audit, beta) };
   const withInterval = entries.filter((e) => 'interval' in e);
-  const drawn = {};
+  let drawn = {};
   if (withInterval.length && resampleRows !== null) {
-    for (const e of withInterval) drawn[e.id] = { raw: [], calibrated: [] };
-    const resamplers = { raw: new Resampler(scales.raw), calibrated: new Resampler(scales.calibrated) };
-    const draws = new Float64Array(audit.n);
-    let last = performance.now();
-    for (const rows of resampleRows) {
-      if (pause && performance.now() - last > 50) {
-        await pause();
-        last = performance.now();
-      }
-      draws.fill(0);
-      for (let r = 0; r < rows.length; r++) draws[rows[r]] += 1;
-      resamplers.raw.next();
-      resamplers.calibrated.next();
-      for (const e of withInterval) {
-        for (const which of ['raw', 'calibrated']) drawn[e.id][which].push(resamplers[which].score(e, draws, rows));
-      }
-    }
+    const scorer = new IntervalScorer(withInterval, scales);
+    await feedResamples(resampleRows, audit.n, [scorer], riders, pause);
+    drawn = scorer.drawn;
   }
   const results = {};
   for (const entry of entries) {

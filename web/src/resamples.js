@@ -1,0 +1,68 @@
+// One pass over the bootstrap's resample matrix (pcg64.js), shared by whoever scores it.
+//
+// `bootstrap.intervals` and `metrics.estimators` score the same matrix when their seed, n and
+// resample count agree (FORMAT.md: the estimators' intervals "use the same resample matrix as
+// bootstrap.json"). Drawing it is 99 million draws on a 50,000-row bundle, so the page draws each
+// row once and hands it to every consumer: its drawn rows (draw order) and its draw counts (how
+// often each audit position was drawn), which both scorers read. Memory: one row and one count
+// array, whatever the resample count.
+
+import { resampleRows } from './pcg64.js';
+
+/** The matrix numpy's Generator(PCG64(seed)).integers(0, n, size=(resamples, n)) draws. */
+export class ResampleMatrix {
+  constructor(seed, n, resamples) {
+    this.seed = BigInt(seed);
+    this.n = n;
+    this.resamples = resamples;
+  }
+
+  /** Whether `other` is the same matrix (same seed, n and resample count). */
+  same(other) {
+    return other instanceof ResampleMatrix && other.seed === this.seed && other.n === this.n && other.resamples === this.resamples;
+  }
+
+  rows() {
+    return resampleRows(this.seed, this.n, this.resamples);
+  }
+}
+
+/** counts[i] = how often position i occurs in row (counts zeroed first). */
+function countDraws(row, counts) {
+  counts.fill(0);
+  const len = row.length;
+  for (let r = 0; r < len; r++) counts[row[r]] += 1;
+}
+
+/**
+ * Feed every row of `source` (a ResampleMatrix, or an iterable of index rows of n positions each)
+ * to `consumers`, in order: each gets `add(row, counts)` (counts: Float64Array of n; both arrays
+ * are reused, so a consumer copies what it keeps). `riders` are consumers that come along: one
+ * that throws is dropped (and marked `failed`), the pass goes on for the others, so a rider's
+ * failure never changes what the consumers compute. `pause` (optional, awaited) is called about
+ * every 50 ms so that the page can paint.
+ */
+export async function feedResamples(source, n, consumers, riders = [], pause = null) {
+  const counts = new Float64Array(n);
+  const rows = source instanceof ResampleMatrix ? source.rows() : source;
+  let live = riders.slice();
+  let last = performance.now();
+  for (const row of rows) {
+    countDraws(row, counts);
+    for (let c = 0; c < consumers.length; c++) consumers[c].add(row, counts);
+    for (let c = 0; c < live.length; c++) {
+      try {
+        live[c].add(row, counts);
+      } catch (e) {
+        const gone = live[c];
+        gone.failed = e;
+        live = live.filter((r) => r !== gone);
+        c--;
+      }
+    }
+    if (pause && performance.now() - last > 50) {
+      await pause();
+      last = performance.now();
+    }
+  }
+}
