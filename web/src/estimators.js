@@ -325,8 +325,6 @@ export class Resampler {
     this.sorted = new Map();
     this.version = 0; // bumped by next(): the draws array is reused from one resample to the next
     this.drawsSeen = null;
-    this.drawsVersion = -1;
-    this.weighted = new Map();
   }
 
   /** Say that the draws array now holds the next resample. */
@@ -334,7 +332,9 @@ export class Resampler {
     this.version++;
   }
 
-  /** {values, outcomes, order} of the top-label column (c = -1) or class c, sorted by value. */
+  /** Column c sorted by value: the top-label column (c = -1) or class c ({values, outcomes, order,
+   * last: 1 where the next value differs}, with its weight buffers and bin sums, reused from one
+   * resample to the next). */
   column(c) {
     if (!this.sorted.has(c)) {
       const { n, k, p, y, conf, correct } = this.s;
@@ -342,51 +342,53 @@ export class Resampler {
       const idx = order(raw);
       const values = new Float64Array(n);
       const outcomes = new Float64Array(n);
+      const last = new Uint8Array(n);
       for (let r = 0; r < n; r++) {
         values[r] = raw[idx[r]];
         outcomes[r] = c < 0 ? correct[idx[r]] : (y[idx[r]] === c ? 1 : 0);
       }
-      this.sorted.set(c, { values, outcomes, order: idx });
+      for (let r = 0; r < n; r++) last[r] = r === n - 1 || values[r + 1] !== values[r] ? 1 : 0;
+      this.sorted.set(c, {
+        values, outcomes, order: idx, last,
+        w: new Float64Array(n), cumulative: new Float64Array(n), total: 0, version: -1, sums: new Map(),
+      });
     }
     return this.sorted.get(c);
   }
 
-  /** Column c's weights in sorted order under `draws`, their total and running sums; computed
-   * once per resample and column (the estimators of one resample share them). */
+  /** Column c's weights in sorted order under `draws`, their total and running sums (the column
+   * object, its w, cumulative and total filled); computed once per resample and column (the
+   * estimators of one resample share them). */
   weights(c, draws) {
-    if (this.drawsSeen !== draws || this.drawsVersion !== this.version) {
+    if (this.drawsSeen !== draws) {
       this.drawsSeen = draws;
-      this.drawsVersion = this.version;
-      this.weighted = new Map();
+      this.version++;
     }
-    if (!this.weighted.has(c)) {
-      const { order: idx } = this.column(c);
-      const n = idx.length;
-      const w = new Float64Array(n);
-      const cumulative = new Float64Array(n);
-      let total = 0;
-      for (let r = 0; r < n; r++) {
-        w[r] = draws[idx[r]];
-        cumulative[r] = total += w[r];
-      }
-      this.weighted.set(c, { w, cumulative, total });
+    const col = this.column(c);
+    if (col.version !== this.version) {
+      col.total = gatherWeights(draws, col.order, col.w, col.cumulative);
+      col.version = this.version;
     }
-    return this.weighted.get(c);
+    return col;
   }
 
   /** A binned estimator's error on column c under draws (null when undefined). The bins' sums
    * are computed once per resample, column and binning (the estimators differ in the norm only). */
   binnedColumn(entry, c, draws) {
-    const { w, total } = this.weights(c, draws);
-    const key = `${c} ${entry.binning} ${entry.bins}`;
-    if (!this.weighted.has(key)) this.weighted.set(key, this.binSums(entry, c, w, total));
-    return errorOfSums(this.weighted.get(key), entry.norm, entry.debias);
+    const col = this.weights(c, draws);
+    const key = `${entry.binning} ${entry.bins}`;
+    let sums = col.sums.get(key);
+    if (sums === undefined || sums.version !== this.version) {
+      sums = this.binSums(entry, col);
+      sums.version = this.version;
+      col.sums.set(key, sums);
+    }
+    return errorOfSums(sums, entry.norm, entry.debias);
   }
 
-  /** The per-bin weighted counts and sums of column c's binning under weights w. */
-  binSums(entry, c, w, total) {
-    const { values, outcomes } = this.column(c);
-    const { cumulative } = this.weighted.get(c);
+  /** The per-bin weighted counts and sums of a weighted column's binning. */
+  binSums(entry, col) {
+    const { values, outcomes, w, total, cumulative } = col;
     const n = values.length;
     let edges;
     if (entry.binning === 'equal-width') edges = upperEdges(values, entry);
@@ -420,32 +422,13 @@ export class Resampler {
     const count = new Float64Array(m);
     const sumP = new Float64Array(m);
     const sumY = new Float64Array(m);
-    let b = 0; // the values are sorted: each one's bin is at or after the one before's
-    for (let r = 0; r < n; r++) {
-      if (!w[r]) continue;
-      while (b < edges.length && edges[b] < values[r]) b++;
-      count[b] += w[r];
-      sumP[b] += w[r] * values[r];
-      sumY[b] += w[r] * outcomes[r];
-    }
+    sumBins(values, outcomes, w, edges, count, sumP, sumY);
     return { count, sumP, sumY, total };
   }
 
   /** The estimator on the resample drawing row i draws[i] times (`rows`: the drawn rows). */
   score(entry, draws, rows) {
-    if (entry.kind === 'ks') {
-      const { values, outcomes, order: idx } = this.column(-1);
-      let run = 0;
-      let worst = 0;
-      for (let r = 0; r < values.length;) {
-        const v = values[r];
-        let group = 0;
-        for (; r < values.length && values[r] === v; r++) group += draws[idx[r]] * (outcomes[r] - values[r]);
-        run += group;
-        if (Math.abs(run) > worst) worst = Math.abs(run);
-      }
-      return worst / rows.length;
-    }
+    if (entry.kind === 'ks') return ksWeighted(this.weights(-1, draws)) / rows.length;
     if (entry.kind === 'smooth-ece') {
       const conf = Float64Array.from(rows, (i) => this.s.conf[i]);
       const correct = Float64Array.from(rows, (i) => this.s.correct[i]);
@@ -461,6 +444,53 @@ export class Resampler {
     }
     return (total / this.s.k) ** (1 / power);
   }
+}
+
+/** w[r] = draws[order[r]] and its running sums; returns the total (plain functions: V8 optimises
+ * each loop whole). */
+function gatherWeights(draws, idx, w, cumulative) {
+  const n = idx.length;
+  let total = 0;
+  for (let r = 0; r < n; r++) {
+    const x = draws[idx[r]];
+    w[r] = x;
+    cumulative[r] = total += x;
+  }
+  return total;
+}
+
+/** Each sorted value's weight, weight x value and weight x outcome added into its bin (the first
+ * whose upper edge is >= the value). */
+function sumBins(values, outcomes, w, edges, count, sumP, sumY) {
+  const n = values.length;
+  const last = edges.length;
+  let b = 0; // the values are sorted: each one's bin is at or after the one before's
+  for (let r = 0; r < n; r++) {
+    const x = w[r];
+    if (!x) continue;
+    while (b < last && edges[b] < values[r]) b++;
+    count[b] += x;
+    sumP[b] += x * values[r];
+    sumY[b] += x * outcomes[r];
+  }
+}
+
+/** KS's largest absolute partial sum of weight x (outcome - value) over the sorted column, rows of
+ * equal value taken together. */
+function ksWeighted({ values, outcomes, w, last }) {
+  const n = values.length;
+  let run = 0;
+  let worst = 0;
+  let group = 0;
+  for (let r = 0; r < n; r++) {
+    group += w[r] * (outcomes[r] - values[r]);
+    if (last[r]) {
+      run += group;
+      group = 0;
+      if (Math.abs(run) > worst) worst = Math.abs(run);
+    }
+  }
+  return worst;
 }
 
 /** The plug-in (or debiased) error from per-bin weighted counts and sums; null when debiased
