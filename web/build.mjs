@@ -54,7 +54,7 @@ const script = bundled.outputFiles[0].text.replace(/<\/script/gi, '<\\/script');
 const style = readFileSync(join(here, 'src', 'page.css'), 'utf8');
 const hash = (text) => `'sha256-${createHash('sha256').update(text, 'utf8').digest('base64')}'`;
 const csp = [
-  "default-src 'none'", `script-src ${hash(script)}`, `style-src ${hash(style)}`, "img-src 'none'",
+  "default-src 'none'", `script-src ${hash(script)} 'wasm-unsafe-eval'`, `style-src ${hash(style)}`, "img-src 'none'",
   "connect-src 'none'", "font-src 'none'", "media-src 'none'", "object-src 'none'", "worker-src 'none'",
   "frame-src 'none'", "form-action 'none'", "base-uri 'none'",
 ].join('; ');

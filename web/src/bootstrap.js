@@ -11,7 +11,7 @@
 // values times their draw counts / n; the ECE of a resample is sum over bins |sum over its rows in
 // the bin of draws x (correct - confidence)| / n.
 
-import { Int64Sha256 } from './digest.js';
+import { int64Sha256 } from './int64hash.js';
 import { N_BINS, firstArgmax, rowScores } from './numerics.js';
 import { ResampleMatrix, feedResamples } from './resamples.js';
 
@@ -97,10 +97,15 @@ export class BootstrapScorer {
   }
 }
 
-/** The consumer that hashes the rows as little-endian int64 into indices_sha256 (`hex()`). */
+/** The consumer that hashes the rows as little-endian int64 into indices_sha256 (`hex()`);
+ * made by `await IndicesHasher.create()`. */
 export class IndicesHasher {
-  constructor() {
-    this.digest = new Int64Sha256();
+  constructor(digest) {
+    this.digest = digest;
+  }
+
+  static async create() {
+    return new IndicesHasher(await int64Sha256());
   }
 
   add(row) {
@@ -120,7 +125,7 @@ export class IndicesHasher {
  */
 export async function pairedBootstrap(pool, beta, seed, resamples, pause = null) {
   const scorer = new BootstrapScorer(pool, beta, resamples);
-  const hasher = new IndicesHasher();
+  const hasher = await IndicesHasher.create();
   await feedResamples(new ResampleMatrix(seed, pool.n, resamples), pool.n, [hasher, scorer], [], pause);
   return { ...scorer.result(), indicesSha256: hasher.hex() };
 }

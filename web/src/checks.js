@@ -1018,7 +1018,7 @@ async function estimatorsCheck(ctx) {
   const matrix = boot ? new ResampleMatrix(BigInt(ctx.rawOf('data/protocol.json').get('bootstrap').get('seed').token), audit.n, Number(boot.resamples)) : null;
   // bootstrap.intervals scores the same matrix when bootstrap.json's seed and count are these: its
   // scorer and hasher ride along in this pass, and it takes their figures instead of drawing again.
-  const rider = matrix ? bootstrapRider(ctx, matrix, audit) : null;
+  const rider = matrix ? await bootstrapRider(ctx, matrix, audit) : null;
   let record;
   try {
     ({ record } = await expectedEstimators(protocol, audit, beta, matrix, yieldToPage, rider ? [rider.scorer, rider.hasher] : []));
@@ -1040,7 +1040,7 @@ async function estimatorsCheck(ctx) {
  * `matrix` (its record's seed and resample count, the protocol's count, the audit pool's size) and
  * its preconditions hold; otherwise null, and it draws the matrix itself. Reads nothing it would
  * not read, and decides nothing: bootstrap.intervals checks everything again. */
-function bootstrapRider(ctx, matrix, audit) {
+async function bootstrapRider(ctx, matrix, audit) {
   try {
     if (!wants(ctx, 'bootstrap') || !ctx.docs.has('data/bootstrap.json') || !ctx.tables.has('calibration')) return null;
     const doc = ctx.docs.get('data/bootstrap.json');
@@ -1048,7 +1048,7 @@ function bootstrapRider(ctx, matrix, audit) {
     if (!dims || doc.resamples !== dims.resamples) return null;
     const mine = new ResampleMatrix(BigInt(ctx.rawOf('data/bootstrap.json').get('seed').token), audit.n, doc.resamples);
     if (!mine.same(matrix)) return null;
-    return { matrix: mine, beta: doc.beta, scorer: new BootstrapScorer(audit, doc.beta, doc.resamples), hasher: new IndicesHasher() };
+    return { matrix: mine, beta: doc.beta, scorer: new BootstrapScorer(audit, doc.beta, doc.resamples), hasher: await IndicesHasher.create() };
   } catch {
     return null;
   }
