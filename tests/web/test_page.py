@@ -41,11 +41,15 @@ def _csp(html: str) -> dict[str, list[str]]:
 
 def test_the_committed_page_is_what_the_build_writes_and_the_build_is_reproducible(node_ready: None) -> None:
     committed = PAGE.read_bytes()
+    wasm = WEB / "src" / "pcg64.wasm.js"
+    committed_wasm = wasm.read_bytes()
     for _ in range(2):
         done = subprocess.run(["node", "build.mjs"], cwd=WEB, capture_output=True, text=True, timeout=300, check=False)
         assert done.returncode == 0, done.stderr
         assert hashlib.sha256(PAGE.read_bytes()).hexdigest() == hashlib.sha256(committed).hexdigest(), \
             "web/dist/verify.html is not what make web builds from web/src; run make web and commit it"
+        assert wasm.read_bytes() == committed_wasm, \
+            "web/src/pcg64.wasm.js is not what make web assembles from web/wasm/pcg64.wat; run make web and commit it"
 
 
 def test_the_csp_allows_no_request_and_only_the_page_own_script_and_style() -> None:

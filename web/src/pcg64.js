@@ -17,6 +17,8 @@
 // step costs a few dozen integer operations and no allocation; only the rare 64-bit range uses
 // BigInt.
 
+import { PCG64_WASM } from './pcg64.wasm.js';
+
 const MASK32 = 0xffffffff;
 const M32 = 0x100000000;
 
@@ -180,6 +182,15 @@ export class PCG64 {
    * halves of x, exactly. The hot loop of the bootstrap: step() and next64() written out in line on
    * locals (object fields holding doubles cost a load and a store each, three times the arithmetic). */
   fillLemire32(out, n) {
+    if (wasm !== null) {
+      wasmLemire32(this.st, out, n);
+      return;
+    }
+    this.fillLemire32Js(out, n);
+  }
+
+  /** fillLemire32 in JavaScript (where WebAssembly is refused, and the reference it is checked against). */
+  fillLemire32Js(out, n) {
     const len = out.length;
     const threshold = (M32 - n) % n;
     const st = this.st;
@@ -276,11 +287,63 @@ export class PCG64 {
   }
 }
 
+// The same loop in WebAssembly (web/wasm/pcg64.wat, 64-bit arithmetic: several times faster), used
+// when the page may instantiate it and it draws what the JavaScript loop draws on a test matrix when
+// the module loads (every rejection path of a range that rejects half its draws, a buffered half
+// carried across calls); else null, and the JavaScript loop draws. The state goes in and out of its
+// memory as 32-bit words on each call.
+const STATE_WORDS = 10; // w0..w3, i0..i3, the half's flag, the half
+const OUT_AT = 64;
+
+function instantiate() {
+  if (typeof WebAssembly !== 'object' || new Uint8Array(new Uint32Array([1]).buffer)[0] !== 1) return null;
+  try {
+    const bytes = Uint8Array.from(atob(PCG64_WASM), (c) => c.charCodeAt(0));
+    const { exports } = new WebAssembly.Instance(new WebAssembly.Module(bytes), {});
+    return { fill: exports.fill, memory: exports.memory };
+  } catch {
+    return null; // refused (a CSP without 'wasm-unsafe-eval'): the JavaScript loop draws
+  }
+}
+
+let wasm = instantiate();
+
+function wasmLemire32(st, out, n) {
+  const len = out.length;
+  const need = OUT_AT + 4 * len;
+  if (wasm.memory.buffer.byteLength < need) wasm.memory.grow(Math.ceil((need - wasm.memory.buffer.byteLength) / 65536));
+  const words = new Uint32Array(wasm.memory.buffer, 0, STATE_WORDS);
+  words[0] = st[W0]; words[1] = st[W1]; words[2] = st[W2]; words[3] = st[W3];
+  words[4] = st[I0]; words[5] = st[I1]; words[6] = st[I2]; words[7] = st[I3];
+  words[8] = st[HAS_HALF]; words[9] = st[HALF];
+  wasm.fill(len, n, (M32 - n) % n);
+  st[W0] = words[0]; st[W1] = words[1]; st[W2] = words[2]; st[W3] = words[3];
+  st[HAS_HALF] = words[8]; st[HALF] = words[9];
+  out.set(new Uint32Array(wasm.memory.buffer, OUT_AT, len));
+}
+
+if (wasm !== null) {
+  const a = new PCG64(20240508);
+  const b = new PCG64(20240508);
+  const x = new Uint32Array(257);
+  const y = new Uint32Array(257);
+  let same = true;
+  for (const n of [0x80000001, 360, 0xfffffffe, 3]) {
+    wasmLemire32(a.st, x, n);
+    b.fillLemire32Js(y, n);
+    same = same && x.every((v, i) => v === y[i]) && a.st.every((v, i) => i === HI || i === LO || v === b.st[i]);
+  }
+  if (!same) wasm = null;
+}
+
+/** Whether the draws go through WebAssembly ('wasm') or JavaScript ('js'), for the tests. */
+export const drawsBy = () => (wasm === null ? 'js' : 'wasm');
+
 // The hot loop runs once, whole, on a throwaway generator when the module loads: V8 then has type
 // feedback for every statement of it (the draw's store, the rejection, the state's write-back) when
 // it optimises the loop in the middle of a long row; without it, that optimised code was thrown away
 // at the end of every row, and the rows were drawn at half speed.
-new PCG64(0).fill(new Uint32Array(64), 0x80000001);
+new PCG64(0).fillLemire32Js(new Uint32Array(64), 0x80000001);
 
 /**
  * The rows of integers(0, n, size=(resamples, n)) for PCG64(seed), in order: yields `resamples`
