@@ -140,8 +140,7 @@ function scoreCounts(counts, n, terms, bins, eceRaw, eceCal, out, b) {
   eceRaw.fill(0);
   eceCal.fill(0);
   for (let i = 0; i < n; i++) {
-    const w = counts[i];
-    if (w === 0) continue;
+    const w = counts[i]; // 0 for a row not drawn: it adds 0
     const o = 6 * i;
     nllRaw += w * terms[o];
     nllCal += w * terms[o + 1];

@@ -366,7 +366,9 @@ export class Resampler {
     }
     const col = this.column(c);
     if (col.version !== this.version) {
-      col.total = gatherWeights(draws, col.order, col.w, col.cumulative);
+      // KS's partial sums come along in the same pass (its column is the top-label one).
+      col.total = gatherWeights(draws, col, c < 0 ? KS_OUT : null);
+      col.ks = c < 0 ? KS_OUT[0] : NaN;
       col.version = this.version;
     }
     return col;
@@ -428,7 +430,7 @@ export class Resampler {
 
   /** The estimator on the resample drawing row i draws[i] times (`rows`: the drawn rows). */
   score(entry, draws, rows) {
-    if (entry.kind === 'ks') return ksWeighted(this.weights(-1, draws)) / rows.length;
+    if (entry.kind === 'ks') return this.weights(-1, draws).ks / rows.length;
     if (entry.kind === 'smooth-ece') {
       const conf = Float64Array.from(rows, (i) => this.s.conf[i]);
       const correct = Float64Array.from(rows, (i) => this.s.correct[i]);
@@ -446,51 +448,63 @@ export class Resampler {
   }
 }
 
-/** w[r] = draws[order[r]] and its running sums; returns the total (plain functions: V8 optimises
- * each loop whole). */
-function gatherWeights(draws, idx, w, cumulative) {
+const KS_OUT = new Float64Array(1);
+
+/** w[r] = draws[order[r]] and its running sums into the column's w and cumulative; returns the
+ * total. With `ks` (a Float64Array(1)), also KS's largest absolute partial sum of w x (outcome -
+ * value) over the sorted column, rows of equal value taken together, into ks[0]. (Plain
+ * functions: V8 optimises each loop whole.) */
+function gatherWeights(draws, { order: idx, w, cumulative, values, outcomes, last }, ks) {
   const n = idx.length;
   let total = 0;
-  for (let r = 0; r < n; r++) {
-    const x = draws[idx[r]];
-    w[r] = x;
-    cumulative[r] = total += x;
+  if (ks === null) {
+    for (let r = 0; r < n; r++) {
+      const x = draws[idx[r]];
+      w[r] = x;
+      cumulative[r] = total += x;
+    }
+    return total;
   }
-  return total;
-}
-
-/** Each sorted value's weight, weight x value and weight x outcome added into its bin (the first
- * whose upper edge is >= the value). */
-function sumBins(values, outcomes, w, edges, count, sumP, sumY) {
-  const n = values.length;
-  const last = edges.length;
-  let b = 0; // the values are sorted: each one's bin is at or after the one before's
-  for (let r = 0; r < n; r++) {
-    const x = w[r];
-    if (!x) continue;
-    while (b < last && edges[b] < values[r]) b++;
-    count[b] += x;
-    sumP[b] += x * values[r];
-    sumY[b] += x * outcomes[r];
-  }
-}
-
-/** KS's largest absolute partial sum of weight x (outcome - value) over the sorted column, rows of
- * equal value taken together. */
-function ksWeighted({ values, outcomes, w, last }) {
-  const n = values.length;
   let run = 0;
   let worst = 0;
   let group = 0;
   for (let r = 0; r < n; r++) {
-    group += w[r] * (outcomes[r] - values[r]);
+    const x = draws[idx[r]];
+    w[r] = x;
+    cumulative[r] = total += x;
+    group += x * (outcomes[r] - values[r]);
     if (last[r]) {
       run += group;
       group = 0;
       if (Math.abs(run) > worst) worst = Math.abs(run);
     }
   }
-  return worst;
+  ks[0] = worst;
+  return total;
+}
+
+/** Each sorted value's weight, weight x value and weight x outcome added into its bin (the first
+ * whose upper edge is >= the value): the values are sorted, so each bin is one run of rows, summed
+ * in locals (a row drawn 0 times adds 0). */
+function sumBins(values, outcomes, w, edges, count, sumP, sumY) {
+  const n = values.length;
+  const last = edges.length;
+  let r = 0;
+  for (let b = 0; b <= last; b++) {
+    const edge = b < last ? edges[b] : Infinity;
+    let c = 0;
+    let p = 0;
+    let y = 0;
+    for (; r < n && values[r] <= edge; r++) {
+      const x = w[r];
+      c += x;
+      p += x * values[r];
+      y += x * outcomes[r];
+    }
+    count[b] = c;
+    sumP[b] = p;
+    sumY[b] = y;
+  }
 }
 
 /** The plug-in (or debiased) error from per-bin weighted counts and sums; null when debiased
