@@ -12,6 +12,8 @@
 // the bin of draws x (correct - confidence)| / n.
 
 import { int64Sha256 } from './int64hash.js';
+
+/* global HASH_WORKER_CODE */ // hashworker.js as one script, defined by build.mjs (absent under node)
 import { N_BINS, firstArgmax, rowScores } from './numerics.js';
 import { ResampleMatrix, feedResamples } from './resamples.js';
 
@@ -97,23 +99,135 @@ export class BootstrapScorer {
   }
 }
 
-/** The consumer that hashes the rows as little-endian int64 into indices_sha256 (`hex()`);
- * made by `await IndicesHasher.create()`. */
+/** The consumer that hashes the rows as little-endian int64 into indices_sha256 (`await hex()`);
+ * made by `await IndicesHasher.create()`: in a Web Worker where the page can start one
+ * (hashworker.js, concurrently with the drawing and scoring), else on this thread. */
 export class IndicesHasher {
   constructor(digest) {
     this.digest = digest;
   }
 
   static async create() {
-    return new IndicesHasher(await int64Sha256());
+    const worker = await WorkerInt64Sha256.start();
+    return new IndicesHasher(worker || await int64Sha256());
   }
 
   add(row) {
     this.digest.update(row);
   }
 
-  hex() {
+  /** A promise while the worker still has rows in hand (resamples.js awaits it), else null. */
+  wait() {
+    return this.digest.wait ? this.digest.wait() : null;
+  }
+
+  async hex() {
     return this.digest.hex();
+  }
+
+  /** Let go of a hasher whose digest will not be asked for (its worker stopped). */
+  close() {
+    if (this.digest.close) this.digest.close();
+  }
+}
+
+/** The stream hashed by hashworker.js: each row copied into one of a few buffers that travel to the
+ * worker and back (at most WORKER_ROWS rows in flight: bounded memory whatever the count). */
+const WORKER_ROWS = 8;
+
+class WorkerInt64Sha256 {
+  /** A started worker's hasher, or null where none can start (no Worker, no worker code in this
+   * build, a CSP that refuses it, an error or no answer within 10 s). */
+  static async start() {
+    if (typeof Worker !== 'function' || typeof HASH_WORKER_CODE !== 'string') return null;
+    let url = null;
+    try {
+      url = URL.createObjectURL(new Blob([HASH_WORKER_CODE], { type: 'text/javascript' }));
+      const worker = new Worker(url);
+      const ready = await new Promise((resolve) => {
+        const timer = setTimeout(() => resolve(false), 10000);
+        worker.onmessage = (e) => {
+          clearTimeout(timer);
+          resolve(Boolean(e.data && e.data.ready));
+        };
+        worker.onerror = () => {
+          clearTimeout(timer);
+          resolve(false);
+        };
+      });
+      if (!ready) {
+        worker.terminate();
+        return null;
+      }
+      return new WorkerInt64Sha256(worker);
+    } catch {
+      return null;
+    } finally {
+      if (url !== null) URL.revokeObjectURL(url);
+    }
+  }
+
+  constructor(worker) {
+    this.worker = worker;
+    this.free = [];
+    this.inFlight = 0;
+    this.waiting = null; // resolve() of the pass waiting for a buffer
+    this.failure = null;
+    this.finished = null; // resolve() of hex()
+    worker.onmessage = (e) => this.receive(e.data);
+    worker.onerror = (e) => this.receive({ error: String(e && e.message) });
+    worker.onmessageerror = () => this.receive({ error: 'a message could not be read' });
+  }
+
+  receive(data) {
+    if (data.row) {
+      this.inFlight--;
+      this.free.push(data.row);
+    } else if (data.hex !== undefined) {
+      this.result = data.hex;
+    } else {
+      this.failure = new Error(`the hashing worker failed: ${data.error}`);
+      this.worker.terminate();
+    }
+    if (this.waiting && (this.inFlight < WORKER_ROWS || this.failure)) {
+      const resolve = this.waiting;
+      this.waiting = null;
+      resolve();
+    }
+    if (this.finished && (this.result !== undefined || this.failure)) this.finished();
+  }
+
+  /** Send a copy of the row to the worker (nothing once it has failed: hex() then says so). */
+  update(row) {
+    if (this.failure) return;
+    let buffer = this.free.pop();
+    if (!buffer || buffer.length !== row.length || buffer.constructor !== row.constructor) buffer = new row.constructor(row.length);
+    buffer.set(row);
+    this.inFlight++;
+    this.worker.postMessage({ row: buffer }, [buffer.buffer]);
+  }
+
+  wait() {
+    if (this.inFlight < WORKER_ROWS && !this.failure) return null;
+    return new Promise((resolve) => {
+      this.waiting = resolve;
+    });
+  }
+
+  /** Stop the worker (a pass that ended early). */
+  close() {
+    this.worker.terminate();
+  }
+
+  async hex() {
+    if (!this.failure) this.worker.postMessage({ end: true });
+    await new Promise((resolve) => {
+      this.finished = resolve;
+      if (this.result !== undefined || this.failure) resolve();
+    });
+    this.worker.terminate();
+    if (this.failure) throw this.failure;
+    return this.result;
   }
 }
 
@@ -125,9 +239,19 @@ export class IndicesHasher {
  */
 export async function pairedBootstrap(pool, beta, seed, resamples, pause = null) {
   const scorer = new BootstrapScorer(pool, beta, resamples);
+  const matrix = new ResampleMatrix(seed, pool.n, resamples);
   const hasher = await IndicesHasher.create();
-  await feedResamples(new ResampleMatrix(seed, pool.n, resamples), pool.n, [hasher, scorer], [], pause);
-  return { ...scorer.result(), indicesSha256: hasher.hex() };
+  await feedResamples(matrix, pool.n, [hasher, scorer], [], pause);
+  let indicesSha256;
+  try {
+    indicesSha256 = await hasher.hex();
+  } catch {
+    // the hashing worker failed: the matrix drawn again and hashed on this thread
+    const local = new IndicesHasher(await int64Sha256());
+    await feedResamples(matrix, pool.n, [local], [], pause);
+    indicesSha256 = await local.hex();
+  }
+  return { ...scorer.result(), indicesSha256 };
 }
 
 /** Resample b's calibrated-minus-raw NLL, Brier and ECE into out.nll[b], out.brier[b], out.ece[b],

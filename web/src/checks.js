@@ -1024,8 +1024,13 @@ async function estimatorsCheck(ctx) {
     ({ record } = await expectedEstimators(protocol, audit, beta, matrix, yieldToPage, rider ? [rider.scorer, rider.hasher] : []));
   } finally {
     if (rider && !rider.scorer.failed && !rider.hasher.failed && rider.scorer.b === rider.matrix.resamples) {
-      ctx.sharedBootstrap = { matrix: rider.matrix, beta: rider.beta, audit, found: { ...rider.scorer.result(), indicesSha256: rider.hasher.hex() } };
-    }
+      try {
+        const indicesSha256 = await rider.hasher.hex();
+        ctx.sharedBootstrap = { matrix: rider.matrix, beta: rider.beta, audit, found: { ...rider.scorer.result(), indicesSha256 } };
+      } catch {
+        // the hashing worker failed: bootstrap.intervals draws and hashes the matrix itself
+      }
+    } else if (rider) rider.hasher.close();
   }
   ctx.figures.estimators = record;
   const diffs = [];

@@ -39,8 +39,9 @@ function countDraws(row, counts) {
  * to `consumers`, in order: each gets `add(row, counts)` (counts: Float64Array of n; both arrays
  * are reused, so a consumer copies what it keeps). `riders` are consumers that come along: one
  * that throws is dropped (and marked `failed`), the pass goes on for the others, so a rider's
- * failure never changes what the consumers compute. `pause` (optional, awaited) is called about
- * every 50 ms so that the page can paint.
+ * failure never changes what the consumers compute. A consumer with `wait()` (a promise, or null)
+ * is awaited after each row while it has too much in hand (the hashing worker's rows in flight).
+ * `pause` (optional, awaited) is called about every 50 ms so that the page can paint.
  */
 export async function feedResamples(source, n, consumers, riders = [], pause = null) {
   const counts = new Float64Array(n);
@@ -50,6 +51,10 @@ export async function feedResamples(source, n, consumers, riders = [], pause = n
   for (const row of rows) {
     countDraws(row, counts);
     for (let c = 0; c < consumers.length; c++) consumers[c].add(row, counts);
+    for (let c = 0; c < consumers.length; c++) {
+      const wait = consumers[c].wait ? consumers[c].wait() : null;
+      if (wait) await wait;
+    }
     for (let c = 0; c < live.length; c++) {
       try {
         live[c].add(row, counts);
@@ -59,6 +64,10 @@ export async function feedResamples(source, n, consumers, riders = [], pause = n
         live = live.filter((r) => r !== gone);
         c--;
       }
+    }
+    for (let c = 0; c < live.length; c++) {
+      const wait = live[c].wait ? live[c].wait() : null;
+      if (wait) await wait;
     }
     if (pause && performance.now() - last > 50) {
       await pause();
