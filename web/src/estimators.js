@@ -320,8 +320,11 @@ export function score(entry, s) {
  * themselves (its bandwidth search compares floats computed over them in draw order).
  */
 export class Resampler {
-  constructor(s) {
+  /** `twin`: the other scale's Resampler, scored first on each resample: a column sorted in the
+   * same order (the top-label column of two classes, whatever beta) shares its weights. */
+  constructor(s, twin = null) {
     this.s = s;
+    this.twin = twin;
     this.sorted = new Map();
     this.version = 0; // bumped by next(): the draws array is reused from one resample to the next
     this.drawsSeen = null;
@@ -348,9 +351,12 @@ export class Resampler {
         outcomes[r] = c < 0 ? correct[idx[r]] : (y[idx[r]] === c ? 1 : 0);
       }
       for (let r = 0; r < n; r++) last[r] = r === n - 1 || values[r + 1] !== values[r] ? 1 : 0;
+      const twin = this.twin ? this.twin.column(c) : null;
+      const shared = twin !== null && twin.order.every((v, r) => v === idx[r]) ? twin : null;
       this.sorted.set(c, {
-        values, outcomes, order: idx, last,
-        w: new Float64Array(n), cumulative: new Float64Array(n), total: 0, version: -1, sums: new Map(),
+        values, outcomes, order: idx, last, twin: shared,
+        w: shared ? shared.w : new Float64Array(n), cumulative: shared ? shared.cumulative : new Float64Array(n),
+        total: 0, version: -1, sums: new Map(),
       });
     }
     return this.sorted.get(c);
@@ -366,9 +372,15 @@ export class Resampler {
     }
     const col = this.column(c);
     if (col.version !== this.version) {
-      // KS's partial sums come along in the same pass (its column is the top-label one).
-      col.total = gatherWeights(draws, col, c < 0 ? KS_OUT : null);
-      col.ks = c < 0 ? KS_OUT[0] : NaN;
+      if (col.twin) {
+        // the same order as the twin's column: its weights are these (the very arrays)
+        col.total = this.twin.weights(c, draws).total;
+        col.ks = c < 0 ? ksWeighted(col) : NaN;
+      } else {
+        // KS's partial sums come along in the same pass (its column is the top-label one).
+        col.total = gatherWeights(draws, col, c < 0 ? KS_OUT : null);
+        col.ks = c < 0 ? KS_OUT[0] : NaN;
+      }
       col.version = this.version;
     }
     return col;
@@ -483,6 +495,25 @@ function gatherWeights(draws, { order: idx, w, cumulative, values, outcomes, las
   return total;
 }
 
+/** KS's largest absolute partial sum of w x (outcome - value) over a weighted sorted column, rows
+ * of equal value taken together (what gatherWeights computes along, for a column whose weights
+ * were gathered for its twin). */
+function ksWeighted({ values, outcomes, w, last }) {
+  const n = values.length;
+  let run = 0;
+  let worst = 0;
+  let group = 0;
+  for (let r = 0; r < n; r++) {
+    group += w[r] * (outcomes[r] - values[r]);
+    if (last[r]) {
+      run += group;
+      group = 0;
+      if (Math.abs(run) > worst) worst = Math.abs(run);
+    }
+  }
+  return worst;
+}
+
 /** Each sorted value's weight, weight x value and weight x outcome added into its bin (the first
  * whose upper edge is >= the value): the values are sorted, so each bin is one run of rows, summed
  * in locals (a row drawn 0 times adds 0). */
@@ -562,7 +593,8 @@ export function entryProblem(entries, boot) {
 export class IntervalScorer {
   constructor(entries, scales) {
     this.entries = entries;
-    this.resamplers = { raw: new Resampler(scales.raw), calibrated: new Resampler(scales.calibrated) };
+    const raw = new Resampler(scales.raw);
+    this.resamplers = { raw, calibrated: new Resampler(scales.calibrated, raw) };
     this.drawn = {};
     for (const e of entries) this.drawn[e.id] = { raw: [], calibrated: [] };
   }
