@@ -320,8 +320,10 @@ export function score(entry, s) {
  * themselves (its bandwidth search compares floats computed over them in draw order).
  */
 export class Resampler {
-  /** `twin`: the other scale's Resampler, scored first on each resample: a column sorted in the
-   * same order (the top-label column of two classes, whatever beta) shares its weights. */
+  /** `twin`: the other scale's Resampler, scored first on each resample: each column's weights are
+   * gathered from the twin's column in sorted order (through a map from this order to the twin's),
+   * which reads almost in sequence where the two orders nearly agree (the top-label column of two
+   * classes, whatever beta), where gathering from the draws reads at random. */
   constructor(s, twin = null) {
     this.s = s;
     this.twin = twin;
@@ -351,12 +353,17 @@ export class Resampler {
         outcomes[r] = c < 0 ? correct[idx[r]] : (y[idx[r]] === c ? 1 : 0);
       }
       for (let r = 0; r < n; r++) last[r] = r === n - 1 || values[r + 1] !== values[r] ? 1 : 0;
-      const twin = this.twin ? this.twin.column(c) : null;
-      const shared = twin !== null && twin.order.every((v, r) => v === idx[r]) ? twin : null;
+      let map = null;
+      if (this.twin) {
+        const at = new Int32Array(n); // the twin's sorted position of each row
+        const theirs = this.twin.column(c).order;
+        for (let r = 0; r < n; r++) at[theirs[r]] = r;
+        map = new Int32Array(n);
+        for (let r = 0; r < n; r++) map[r] = at[idx[r]];
+      }
       this.sorted.set(c, {
-        values, outcomes, order: idx, last, twin: shared,
-        w: shared ? shared.w : new Float64Array(n), cumulative: shared ? shared.cumulative : new Float64Array(n),
-        total: 0, version: -1, sums: new Map(),
+        values, outcomes, order: idx, last, map,
+        w: new Float64Array(n), cumulative: new Float64Array(n), total: 0, version: -1, sums: new Map(),
       });
     }
     return this.sorted.get(c);
@@ -372,15 +379,10 @@ export class Resampler {
     }
     const col = this.column(c);
     if (col.version !== this.version) {
-      if (col.twin) {
-        // the same order as the twin's column: its weights are these (the very arrays)
-        col.total = this.twin.weights(c, draws).total;
-        col.ks = c < 0 ? ksWeighted(col) : NaN;
-      } else {
-        // KS's partial sums come along in the same pass (its column is the top-label one).
-        col.total = gatherWeights(draws, col, c < 0 ? KS_OUT : null);
-        col.ks = c < 0 ? KS_OUT[0] : NaN;
-      }
+      // KS's partial sums come along in the same pass (its column is the top-label one).
+      col.total = col.map === null ? gatherWeights(draws, col.order, col, c < 0 ? KS_OUT : null)
+        : gatherWeights(this.twin.weights(c, draws).w, col.map, col, c < 0 ? KS_OUT : null);
+      col.ks = c < 0 ? KS_OUT[0] : NaN;
       col.version = this.version;
     }
     return col;
@@ -462,11 +464,11 @@ export class Resampler {
 
 const KS_OUT = new Float64Array(1);
 
-/** w[r] = draws[order[r]] and its running sums into the column's w and cumulative; returns the
- * total. With `ks` (a Float64Array(1)), also KS's largest absolute partial sum of w x (outcome -
+/** w[r] = draws[idx[r]] (idx: the column's order into the draws, or its map into the twin's
+ * weights) and its running sums into the column's w and cumulative; returns the total. With `ks` (a Float64Array(1)), also KS's largest absolute partial sum of w x (outcome -
  * value) over the sorted column, rows of equal value taken together, into ks[0]. (Plain
  * functions: V8 optimises each loop whole.) */
-function gatherWeights(draws, { order: idx, w, cumulative, values, outcomes, last }, ks) {
+function gatherWeights(draws, idx, { w, cumulative, values, outcomes, last }, ks) {
   const n = idx.length;
   let total = 0;
   if (ks === null) {
@@ -493,25 +495,6 @@ function gatherWeights(draws, { order: idx, w, cumulative, values, outcomes, las
   }
   ks[0] = worst;
   return total;
-}
-
-/** KS's largest absolute partial sum of w x (outcome - value) over a weighted sorted column, rows
- * of equal value taken together (what gatherWeights computes along, for a column whose weights
- * were gathered for its twin). */
-function ksWeighted({ values, outcomes, w, last }) {
-  const n = values.length;
-  let run = 0;
-  let worst = 0;
-  let group = 0;
-  for (let r = 0; r < n; r++) {
-    group += w[r] * (outcomes[r] - values[r]);
-    if (last[r]) {
-      run += group;
-      group = 0;
-      if (Math.abs(run) > worst) worst = Math.abs(run);
-    }
-  }
-  return worst;
 }
 
 /** Each sorted value's weight, weight x value and weight x outcome added into its bin (the first
