@@ -31,7 +31,9 @@ def _draw(cases: list[dict[str, int]], tmp: Path, by: str = "wasm") -> list[np.n
     done = subprocess.run(["node", str(WEB / "test" / "draws.mjs"), str(tmp / "job.json"), str(tmp)],
                           capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr
-    assert {json.loads(line)["by"] for line in done.stdout.splitlines()} == {by}
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert {line["by"] for line in lines} == {by}
+    assert all(line["countsOk"] for line in lines)
     return [np.fromfile(tmp / f"{i}.bin", dtype="<i8") for i in range(len(cases))]
 
 

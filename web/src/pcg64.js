@@ -181,12 +181,13 @@ export class PCG64 {
    * draw m >> 32, rejected while leftover < (2**32 - n) mod n; the 64-bit product formed from 16-bit
    * halves of x, exactly. The hot loop of the bootstrap: step() and next64() written out in line on
    * locals (object fields holding doubles cost a load and a store each, three times the arithmetic). */
-  fillLemire32(out, n) {
+  fillLemire32(out, n, counts = null) {
     if (wasm !== null) {
-      wasmLemire32(this.st, out, n);
+      wasmLemire32(this.st, out, n, counts);
       return;
     }
     this.fillLemire32Js(out, n);
+    if (counts !== null) countDraws(out, counts);
   }
 
   /** fillLemire32 in JavaScript (where WebAssembly is refused, and the reference it is checked against). */
@@ -263,8 +264,9 @@ export class PCG64 {
   }
 
   /** `out.length` draws of integers(0, n) into `out` (a Uint32Array when n <= 2**32, else a
-   * Float64Array), continuing the generator's stream as numpy's next call would. */
-  fill(out, n) {
+   * Float64Array), continuing the generator's stream as numpy's next call would; with `counts`
+   * (a Float64Array of n), also how often each of 0..n-1 was drawn. */
+  fill(out, n, counts = null) {
     const len = out.length;
     if (!(Number.isSafeInteger(n) && n >= 1)) throw new RangeError(`the range must be a positive integer, not ${n}`);
     const r = n - 1;
@@ -273,7 +275,8 @@ export class PCG64 {
     } else if (r === MASK32) {
       for (let i = 0; i < len; i++) out[i] = this.next32();
     } else if (r < MASK32) {
-      this.fillLemire32(out, n);
+      this.fillLemire32(out, n, counts);
+      return out;
     } else {
       const big = BigInt(n);
       const threshold = ((1n << 64n) - big) % big;
@@ -283,6 +286,7 @@ export class PCG64 {
         out[i] = Number(m >> 64n);
       }
     }
+    if (counts !== null) countDraws(out, counts);
     return out;
   }
 }
@@ -308,18 +312,27 @@ function instantiate() {
 
 let wasm = instantiate();
 
-function wasmLemire32(st, out, n) {
+/** counts[i] = how often i occurs in row (counts zeroed first). */
+export function countDraws(row, counts) {
+  counts.fill(0);
+  const len = row.length;
+  for (let r = 0; r < len; r++) counts[row[r]] += 1;
+}
+
+function wasmLemire32(st, out, n, counts = null) {
   const len = out.length;
-  const need = OUT_AT + 4 * len;
+  const countsAt = OUT_AT + 8 * Math.ceil(len / 2);
+  const need = counts === null ? OUT_AT + 4 * len : countsAt + 8 * n;
   if (wasm.memory.buffer.byteLength < need) wasm.memory.grow(Math.ceil((need - wasm.memory.buffer.byteLength) / 65536));
   const words = new Uint32Array(wasm.memory.buffer, 0, STATE_WORDS);
   words[0] = st[W0]; words[1] = st[W1]; words[2] = st[W2]; words[3] = st[W3];
   words[4] = st[I0]; words[5] = st[I1]; words[6] = st[I2]; words[7] = st[I3];
   words[8] = st[HAS_HALF]; words[9] = st[HALF];
-  wasm.fill(len, n, (M32 - n) % n);
+  wasm.fill(len, n, (M32 - n) % n, counts === null ? 0 : countsAt);
   st[W0] = words[0]; st[W1] = words[1]; st[W2] = words[2]; st[W3] = words[3];
   st[HAS_HALF] = words[8]; st[HALF] = words[9];
   out.set(new Uint32Array(wasm.memory.buffer, OUT_AT, len));
+  if (counts !== null) counts.set(new Float64Array(wasm.memory.buffer, countsAt, n));
 }
 
 if (wasm !== null) {
@@ -333,6 +346,13 @@ if (wasm !== null) {
     b.fillLemire32Js(y, n);
     same = same && x.every((v, i) => v === y[i]) && a.st.every((v, i) => i === HI || i === LO || v === b.st[i]);
   }
+  // the counts of a row of 257 draws of integers(0, 257)
+  const counts = new Float64Array(257);
+  const want = new Float64Array(257);
+  wasmLemire32(a.st, x, 257, counts);
+  b.fillLemire32Js(y, 257);
+  countDraws(y, want);
+  same = same && x.every((v, i) => v === y[i]) && counts.every((v, i) => v === want[i]);
   if (!same) wasm = null;
 }
 
@@ -348,10 +368,11 @@ new PCG64(0).fillLemire32Js(new Uint32Array(64), 0x80000001);
 /**
  * The rows of integers(0, n, size=(resamples, n)) for PCG64(seed), in order: yields `resamples`
  * times the same buffer (a Uint32Array of n, a Float64Array when n > 2**32), refilled with the
- * next row; copy a row to keep it. Memory is one row whatever the matrix's size.
+ * next row; copy a row to keep it. With `counts` (a Float64Array of n), each row's draw counts are
+ * written there as it is drawn. Memory is one row whatever the matrix's size.
  */
-export function* resampleRows(seed, n, resamples) {
+export function* resampleRows(seed, n, resamples, counts = null) {
   const rng = new PCG64(seed);
   const row = n <= M32 ? new Uint32Array(n) : new Float64Array(n);
-  for (let b = 0; b < resamples; b++) yield rng.fill(row, n);
+  for (let b = 0; b < resamples; b++) yield rng.fill(row, n, counts);
 }

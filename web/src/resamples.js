@@ -7,7 +7,7 @@
 // often each audit position was drawn), which both scorers read. Memory: one row and one count
 // array, whatever the resample count.
 
-import { resampleRows } from './pcg64.js';
+import { countDraws, resampleRows } from './pcg64.js';
 
 /** The matrix numpy's Generator(PCG64(seed)).integers(0, n, size=(resamples, n)) draws. */
 export class ResampleMatrix {
@@ -22,16 +22,10 @@ export class ResampleMatrix {
     return other instanceof ResampleMatrix && other.seed === this.seed && other.n === this.n && other.resamples === this.resamples;
   }
 
-  rows() {
-    return resampleRows(this.seed, this.n, this.resamples);
+  /** The rows in order (one reused buffer); with `counts`, each row's draw counts written there. */
+  rows(counts = null) {
+    return resampleRows(this.seed, this.n, this.resamples, counts);
   }
-}
-
-/** counts[i] = how often position i occurs in row (counts zeroed first). */
-function countDraws(row, counts) {
-  counts.fill(0);
-  const len = row.length;
-  for (let r = 0; r < len; r++) counts[row[r]] += 1;
 }
 
 /**
@@ -45,11 +39,12 @@ function countDraws(row, counts) {
  */
 export async function feedResamples(source, n, consumers, riders = [], pause = null) {
   const counts = new Float64Array(n);
-  const rows = source instanceof ResampleMatrix ? source.rows() : source;
+  const drawn = source instanceof ResampleMatrix; // counted as drawn (pcg64.js)
+  const rows = drawn ? source.rows(counts) : source;
   let live = riders.slice();
   let last = performance.now();
   for (const row of rows) {
-    countDraws(row, counts);
+    if (!drawn) countDraws(row, counts);
     for (let c = 0; c < consumers.length; c++) consumers[c].add(row, counts);
     for (let c = 0; c < consumers.length; c++) {
       const wait = consumers[c].wait ? consumers[c].wait() : null;

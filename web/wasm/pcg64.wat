@@ -5,11 +5,13 @@
 ;;
 ;; Memory: the state at 0 (little-endian words: state low 64 bits, state high 64 bits, increment low,
 ;; increment high, the buffered half's flag (i32) at 32 and the half at 36), the draws from 64.
-;; fill(len, n, threshold): len draws of integers(0, n) as u32 from 64; n and threshold are unsigned.
+;; fill(len, n, threshold, counts): len draws of integers(0, n) as u32 from 64; n and threshold are
+;; unsigned; with counts (a byte offset, 8-aligned, not 0), also how often each value in 0..n-1 was
+;; drawn, as n f64 from counts (zeroed first).
 (module
   (memory (export "memory") 1)
-  (func (export "fill") (param $len i32) (param $n i32) (param $thr i32)
-    (local $out i32) (local $end i32) (local $x i32) (local $has i32) (local $half i32)
+  (func (export "fill") (param $len i32) (param $n i32) (param $thr i32) (param $counts i32)
+    (local $out i32) (local $v i32) (local $at i32) (local $end i32) (local $x i32) (local $has i32) (local $half i32)
     (local $sl i64) (local $sh i64) (local $il i64) (local $ih i64) (local $nn i64) (local $m i64)
     (local $a0 i64) (local $a1 i64) (local $p00 i64) (local $p01 i64) (local $p10 i64)
     (local $lo i64) (local $hi i64) (local $o i64)
@@ -20,6 +22,16 @@
     (local.set $has (i32.load (i32.const 32)))
     (local.set $half (i32.load (i32.const 36)))
     (local.set $nn (i64.extend_i32_u (local.get $n)))
+    (if (local.get $counts)
+      (then
+        (local.set $at (local.get $counts))
+        (local.set $v (i32.add (local.get $counts) (i32.shl (local.get $n) (i32.const 3))))
+        (block $zeroed
+          (loop $zero
+            (br_if $zeroed (i32.ge_u (local.get $at) (local.get $v)))
+            (i64.store (local.get $at) (i64.const 0))
+            (local.set $at (i32.add (local.get $at) (i32.const 8)))
+            (br $zero)))))
     (local.set $out (i32.const 64))
     (local.set $end (i32.add (i32.const 64) (i32.shl (local.get $len) (i32.const 2))))
     (block $done
@@ -65,7 +77,12 @@
           ;; Lemire: m = x * n, rejected while its low 32 bits are below the threshold
           (local.set $m (i64.mul (i64.extend_i32_u (local.get $x)) (local.get $nn)))
           (br_if $draw (i32.lt_u (i32.wrap_i64 (local.get $m)) (local.get $thr))))
-        (i32.store (local.get $out) (i32.wrap_i64 (i64.shr_u (local.get $m) (i64.const 32))))
+        (local.set $v (i32.wrap_i64 (i64.shr_u (local.get $m) (i64.const 32))))
+        (i32.store (local.get $out) (local.get $v))
+        (if (local.get $counts)
+          (then
+            (local.set $at (i32.add (local.get $counts) (i32.shl (local.get $v) (i32.const 3))))
+            (f64.store (local.get $at) (f64.add (f64.load (local.get $at)) (f64.const 1)))))
         (local.set $out (i32.add (local.get $out) (i32.const 4)))
         (br $next)))
     (i64.store (i32.const 0) (local.get $sl))
