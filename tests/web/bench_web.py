@@ -2,6 +2,7 @@
 the Python verifier on the same archive, and print the page's size gzipped.
 
     python -m tests.web.bench_web [--rows 50000] [--repeat 3] [--bootstrap] [--workdir DIR]
+    python -m tests.web.bench_web --archive BUNDLE.tar.gz --public-key signer.pub.pem [--repeat 3] [--no-python]
 
 The bundle is synthetic (tests/synthetic.py): the repository's protocol with an empty explore pool and the
 rows split evenly between the calibration and the audit pool, signed with a fresh key and archived by `job
@@ -13,7 +14,8 @@ the verdict was read back (`wall`) and the renderer's CPU time over it (all its 
 thread), which a loaded machine inflates far less than the wall time. Not a test:
 timings depend on the machine. Needs chromium and web/node_modules (make web). With --workdir the bundle, its
 archive and its key are kept in DIR and reused by the next run with the same DIR (to time the page alone,
-again)."""
+again). With --archive and --public-key, a given archive (e.g. a bundle of the job, as the slow browser test
+makes it) is timed instead, signed by the key in that PEM; --no-python leaves the Python verifier out."""
 
 from __future__ import annotations
 
@@ -52,12 +54,45 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--bootstrap", action="store_true", help="keep the protocol's bootstrap and stability")
     parser.add_argument("--workdir", type=Path, help="keep (and reuse) the bundle, archive and key here")
+    parser.add_argument("--archive", type=Path, help="time this bundle archive instead of a synthetic one")
+    parser.add_argument("--public-key", type=Path, help="the PEM of the archive's signer (with --archive)")
+    parser.add_argument("--no-python", action="store_true", help="do not time the Python verifier")
     args = parser.parse_args()
+    if (args.archive is None) != (args.public_key is None):
+        parser.error("--archive and --public-key go together")
+    if args.archive is not None:
+        with tempfile.TemporaryDirectory(prefix="bench-web-") as tmp_name:
+            return run_given(args, Path(tmp_name))
     if args.workdir is not None:
         args.workdir.mkdir(parents=True, exist_ok=True)
         return run(args, args.workdir)
     with tempfile.TemporaryDirectory(prefix="bench-web-") as tmp_name:
         return run(args, Path(tmp_name))
+
+
+def _print_page_size() -> None:
+    page = REPO / "web" / "dist" / "verify.html"
+    print(f"page: {page.stat().st_size:,} bytes, {len(gzip.compress(page.read_bytes(), 9)):,} bytes gzipped (-9)")
+
+
+def run_given(args: argparse.Namespace, tmp: Path) -> int:
+    """Time Python once (unless --no-python) and the page args.repeat times on a given archive and key."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    from verify.api import verify_path
+    from verify.context import Trust
+
+    _print_page_size()
+    pem = args.public_key.read_bytes()
+    public = serialization.load_pem_public_key(pem)
+    assert isinstance(public, Ed25519PublicKey)
+    print(f"bundle: {args.archive} ({args.archive.stat().st_size:,} bytes)")
+    if not args.no_python:
+        t0 = time.perf_counter()
+        outcome = verify_path(args.archive, Trust(key=public, source="key"))
+        print(f"python -m verify: exit {outcome.exit_code} in {time.perf_counter() - t0:.2f} s")
+    return time_page(args, tmp, args.archive, pem.decode())
 
 
 def run(args: argparse.Namespace, tmp: Path) -> int:
@@ -71,8 +106,7 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
     from verify.api import verify_path
     from verify.context import Trust
 
-    page = REPO / "web" / "dist" / "verify.html"
-    print(f"page: {page.stat().st_size:,} bytes, {len(gzip.compress(page.read_bytes(), 9)):,} bytes gzipped (-9)")
+    _print_page_size()
     tarball, key_file = tmp / "bundle.tar.gz", tmp / "key.pem"
     if tarball.is_file() and key_file.is_file():
         loaded = serialization.load_pem_private_key(key_file.read_bytes(), None)
@@ -89,11 +123,16 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
         print(f"bundle: {args.rows:,} rows, archive {tarball.stat().st_size:,} bytes, built in "
               f"{time.perf_counter() - t0:.1f} s")
 
-    t0 = time.perf_counter()
-    outcome = verify_path(tarball, Trust(key=key.public_key(), source="key"))
-    print(f"python -m verify: exit {outcome.exit_code} in {time.perf_counter() - t0:.2f} s")
+    if not args.no_python:
+        t0 = time.perf_counter()
+        outcome = verify_path(tarball, Trust(key=key.public_key(), source="key"))
+        print(f"python -m verify: exit {outcome.exit_code} in {time.perf_counter() - t0:.2f} s")
+    return time_page(args, tmp, tarball, public_key_pem(key).decode())
 
-    cases = [{"name": f"run{i}", "kind": "archive", "path": str(tarball), "key": public_key_pem(key).decode(),
+
+def time_page(args: argparse.Namespace, tmp: Path, tarball: Path, pem: str) -> int:
+    """Time the page args.repeat times on the archive under the public key's PEM; print each run."""
+    cases = [{"name": f"run{i}", "kind": "archive", "path": str(tarball), "key": pem,
               "fingerprint": None, "timeoutMs": 300_000} for i in range(args.repeat)]
     job = {"chromium": "/usr/bin/chromium", "userDataDir": str(tmp / "profile"), "cases": cases}
     (tmp / "job.json").write_text(json.dumps(job))

@@ -228,10 +228,12 @@ def test_the_page_agrees_with_python_on_genuine_bundles(browser_ready: None, tmp
     SHOTS.mkdir(exist_ok=True)
     pages = run_page([*cases, probe], tmp_path, {"golden-bundle-v2.tar.gz": SHOTS / "web-verified.png",
                                                  "other-key-trusted": SHOTS / "web-rejected.png"})
-    # A fetch, an image and a WebSocket tried from inside the page: the CSP stops each, none is sent.
+    # A fetch, an image and a WebSocket tried from inside the page, and a fetch from a worker started as
+    # the page starts its own: the CSP stops each, none is sent.
     assert pages["probe"]["requests"] == []
     blocked = {v.split()[0] for v in pages["probe"]["violations"]}
-    assert blocked == {"connect-src", "img-src"}, pages["probe"]["violations"]
+    assert blocked == {"connect-src", "img-src", "worker:connect-src"}, pages["probe"]["violations"]
+    assert "worker:connect-src http://127.0.0.1:9/probe-worker" in pages["probe"]["violations"]
     problems = [p for c in cases for p in compare(c, pages[c.name], run_python(c))]
     assert problems == [], "\n".join(problems)
     assert pages["golden-bundle-v2.tar.gz"]["result"]["verdict"] == "verified-here"

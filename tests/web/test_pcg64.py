@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 WEB = REPO / "web"
@@ -23,27 +24,34 @@ RANGES = [2**31 - 1, 2**31, 2**31 + 1, 3 * 2**30 + 5, 2**32 - 1, 2**32, 2**32 + 
 """Ranges too large for a full row: 7 rows of 5 draws each (2**31 + 1 rejects about half its draws)."""
 
 
-def _draw(cases: list[dict[str, int]], tmp: Path) -> list[np.ndarray]:
-    (tmp / "job.json").write_text(json.dumps([{**c, "seed": str(c["seed"])} for c in cases]))
+def _draw(cases: list[dict[str, int]], tmp: Path, by: str = "wasm") -> list[np.ndarray]:
+    """Each case's matrix as web/test/draws.mjs draws it; every 32-bit Lemire row drawn by `by`
+    (WebAssembly, or the JavaScript loop it replaces where WebAssembly is refused)."""
+    (tmp / "job.json").write_text(json.dumps([{**c, "seed": str(c["seed"]), "js": by == "js"} for c in cases]))
     done = subprocess.run(["node", str(WEB / "test" / "draws.mjs"), str(tmp / "job.json"), str(tmp)],
                           capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert {line["by"] for line in lines} == {by}
+    assert all(line["countsOk"] for line in lines)
     return [np.fromfile(tmp / f"{i}.bin", dtype="<i8") for i in range(len(cases))]
 
 
-def test_resample_rows_are_numpys_draws(node_ready: None, tmp_path: Path) -> None:
+@pytest.mark.parametrize("by", ["wasm", "js"])
+def test_resample_rows_are_numpys_draws(node_ready: None, tmp_path: Path, by: str) -> None:
     cases = [{"seed": seed, "n": n, "resamples": 1 + (seed + n) % 5 + (3 if n < 10 else 0)}
              for seed in SEEDS for n in ROWS]
     cases.append({"seed": 20240508, "n": 360, "resamples": 2000})  # the formal protocol's matrix
-    for case, found in zip(cases, _draw(cases, tmp_path), strict=True):
+    for case, found in zip(cases, _draw(cases, tmp_path, by), strict=True):
         want = np.random.Generator(np.random.PCG64(case["seed"])).integers(
             0, case["n"], size=(case["resamples"], case["n"]), dtype=np.int64)
         assert found.shape == (want.size,) and np.array_equal(found, want.ravel()), case
 
 
-def test_large_ranges_are_numpys_draws(node_ready: None, tmp_path: Path) -> None:
+@pytest.mark.parametrize("by", ["wasm", "js"])
+def test_large_ranges_are_numpys_draws(node_ready: None, tmp_path: Path, by: str) -> None:
     cases = [{"seed": seed, "n": n, "resamples": 7, "columns": 5} for seed in SEEDS[:5] for n in RANGES]
-    for case, found in zip(cases, _draw(cases, tmp_path), strict=True):
+    for case, found in zip(cases, _draw(cases, tmp_path, by), strict=True):
         want = np.random.Generator(np.random.PCG64(case["seed"])).integers(
             0, case["n"], size=(case["resamples"], case["columns"]), dtype=np.int64)
         assert np.array_equal(found, want.ravel()), case

@@ -18,11 +18,11 @@ import { checkFiles, checkPublication, checkRun, checkSigner, parseCrate, same a
 import { counts, expectedClassWarnings, expectedRecord, checkPermutation, pct } from './perclass.js';
 import SCHEMAS, { FORMAT_DIGESTS, SCHEMA_SHA256 } from './schemas.generated.js';
 import { checkClaims } from './claims.js';
-import { intervalVerdict, pairedBootstrap, quantileLinear } from './bootstrap.js';
+import { BootstrapScorer, IndicesHasher, intervalVerdict, pairedBootstrap, quantileLinear } from './bootstrap.js';
 import { checkAuditTemperature, checkBatchOwners } from './cluster.js';
 import { checkLabelMap } from './labelmap.js';
 import { entryProblem, expectedRecord as expectedEstimators } from './estimators.js';
-import { resampleRows } from './pcg64.js';
+import { ResampleMatrix } from './resamples.js';
 
 export const NOT_HERE = 'not checked here: run the Python verifier';
 export const VERDICTS = {
@@ -73,6 +73,7 @@ class Context {
     this.raw = new Map();
     this.tables = new Map();
     this.figures = {};
+    this.sharedBootstrap = null; // bootstrap.intervals' figures, when metrics.estimators drew its matrix
   }
 
   doc(path) {
@@ -1014,8 +1015,23 @@ async function estimatorsCheck(ctx) {
   const beta = ctx.doc('data/temperature.json').beta;
   const boot = protocol.bootstrap;
   // The bootstrap's own resamples (numpy's Generator(PCG64(seed)), pcg64.js), the seed exactly as written.
-  const rows = boot ? resampleRows(BigInt(ctx.rawOf('data/protocol.json').get('bootstrap').get('seed').token), audit.n, Number(boot.resamples)) : null;
-  const { record } = await expectedEstimators(protocol, audit, beta, rows, yieldToPage);
+  const matrix = boot ? new ResampleMatrix(BigInt(ctx.rawOf('data/protocol.json').get('bootstrap').get('seed').token), audit.n, Number(boot.resamples)) : null;
+  // bootstrap.intervals scores the same matrix when bootstrap.json's seed and count are these: its
+  // scorer and hasher ride along in this pass, and it takes their figures instead of drawing again.
+  const rider = matrix ? await bootstrapRider(ctx, matrix, audit) : null;
+  let record;
+  try {
+    ({ record } = await expectedEstimators(protocol, audit, beta, matrix, yieldToPage, rider ? [rider.scorer, rider.hasher] : []));
+  } finally {
+    if (rider && !rider.scorer.failed && !rider.hasher.failed && rider.scorer.b === rider.matrix.resamples) {
+      try {
+        const indicesSha256 = await rider.hasher.hex();
+        ctx.sharedBootstrap = { matrix: rider.matrix, beta: rider.beta, audit, found: { ...rider.scorer.result(), indicesSha256 } };
+      } catch {
+        // the hashing worker failed: bootstrap.intervals draws and hashes the matrix itself
+      }
+    } else if (rider) rider.hasher.close();
+  }
   ctx.figures.estimators = record;
   const diffs = [];
   compare(found, record, 'estimators', '', diffs, ESTIMATOR_INTS);
@@ -1023,6 +1039,24 @@ async function estimatorsCheck(ctx) {
   const count = Object.keys(record.results).length;
   const paired = entries.filter((e) => 'interval' in e).map((e) => e.id);
   return `${count} estimators, raw and calibrated, ${paired.length ? 'with their paired-bootstrap intervals' : 'none with a pre-registered interval'}, within ${METRIC_TOL}`;
+}
+
+/** bootstrap.intervals' scorer and hasher ({matrix, beta, scorer, hasher}) when it will recompute
+ * `matrix` (its record's seed and resample count, the protocol's count, the audit pool's size) and
+ * its preconditions hold; otherwise null, and it draws the matrix itself. Reads nothing it would
+ * not read, and decides nothing: bootstrap.intervals checks everything again. */
+async function bootstrapRider(ctx, matrix, audit) {
+  try {
+    if (!wants(ctx, 'bootstrap') || !ctx.docs.has('data/bootstrap.json') || !ctx.tables.has('calibration')) return null;
+    const doc = ctx.docs.get('data/bootstrap.json');
+    const dims = protocolDims(ctx, ctx.doc('data/protocol.json'));
+    if (!dims || doc.resamples !== dims.resamples) return null;
+    const mine = new ResampleMatrix(BigInt(ctx.rawOf('data/bootstrap.json').get('seed').token), audit.n, doc.resamples);
+    if (!mine.same(matrix)) return null;
+    return { matrix: mine, beta: doc.beta, scorer: new BootstrapScorer(audit, doc.beta, doc.resamples), hasher: await IndicesHasher.create() };
+  } catch {
+    return null;
+  }
 }
 
 function clusterOf(ctx) {
@@ -1123,7 +1157,10 @@ async function bootstrapIntervals(ctx) {
   // The record's count sizes the matrix drawn here: it may not exceed what the (bounded) protocol asks.
   if (doc.resamples !== dims.resamples) throw new bag.Failed(`bootstrap.json asks for ${Number(doc.resamples).toLocaleString('en-US')} resamples, the protocol for ${Number(dims.resamples).toLocaleString('en-US')}; not recomputed.`);
   const seed = BigInt(ctx.rawOf('data/bootstrap.json').get('seed').token); // any size, exactly as written
-  const found = await pairedBootstrap(audit, doc.beta, seed, doc.resamples, yieldToPage);
+  // Scored in metrics.estimators' pass when that drew this very matrix for this pool at this beta.
+  const shared = ctx.sharedBootstrap;
+  const found = shared && shared.audit === audit && Object.is(shared.beta, doc.beta) && shared.matrix.same(new ResampleMatrix(seed, audit.n, doc.resamples))
+    ? shared.found : await pairedBootstrap(audit, doc.beta, seed, doc.resamples, yieldToPage);
   const figures = { indices_sha256: found.indicesSha256, differences: {} };
   ctx.figures.bootstrap = figures;
   if (found.indicesSha256 !== doc.indices_sha256) throw new bag.Failed(`indices_sha256 is ${String(doc.indices_sha256).slice(0, 16)}…, the protocol's generator gives ${found.indicesSha256.slice(0, 16)}….`);

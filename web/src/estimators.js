@@ -24,6 +24,7 @@
 
 import { clopperPearson } from './beta.js';
 import { firstArgmax, N_BINS } from './numerics.js';
+import { feedResamples } from './resamples.js';
 
 export const UNDEFINED = 'no bin holds two rows, so the debiased estimate is undefined';
 export const NEEDS = {
@@ -319,13 +320,16 @@ export function score(entry, s) {
  * themselves (its bandwidth search compares floats computed over them in draw order).
  */
 export class Resampler {
-  constructor(s) {
+  /** `twin`: the other scale's Resampler, scored first on each resample: each column's weights are
+   * gathered from the twin's column in sorted order (through a map from this order to the twin's),
+   * which reads almost in sequence where the two orders nearly agree (the top-label column of two
+   * classes, whatever beta), where gathering from the draws reads at random. */
+  constructor(s, twin = null) {
     this.s = s;
+    this.twin = twin;
     this.sorted = new Map();
     this.version = 0; // bumped by next(): the draws array is reused from one resample to the next
     this.drawsSeen = null;
-    this.drawsVersion = -1;
-    this.weighted = new Map();
   }
 
   /** Say that the draws array now holds the next resample. */
@@ -333,7 +337,9 @@ export class Resampler {
     this.version++;
   }
 
-  /** {values, outcomes, order} of the top-label column (c = -1) or class c, sorted by value. */
+  /** Column c sorted by value: the top-label column (c = -1) or class c ({values, outcomes, order,
+   * last: 1 where the next value differs}, with its weight buffers and bin sums, reused from one
+   * resample to the next). */
   column(c) {
     if (!this.sorted.has(c)) {
       const { n, k, p, y, conf, correct } = this.s;
@@ -341,51 +347,64 @@ export class Resampler {
       const idx = order(raw);
       const values = new Float64Array(n);
       const outcomes = new Float64Array(n);
+      const last = new Uint8Array(n);
       for (let r = 0; r < n; r++) {
         values[r] = raw[idx[r]];
         outcomes[r] = c < 0 ? correct[idx[r]] : (y[idx[r]] === c ? 1 : 0);
       }
-      this.sorted.set(c, { values, outcomes, order: idx });
+      for (let r = 0; r < n; r++) last[r] = r === n - 1 || values[r + 1] !== values[r] ? 1 : 0;
+      let map = null;
+      if (this.twin) {
+        const at = new Int32Array(n); // the twin's sorted position of each row
+        const theirs = this.twin.column(c).order;
+        for (let r = 0; r < n; r++) at[theirs[r]] = r;
+        map = new Int32Array(n);
+        for (let r = 0; r < n; r++) map[r] = at[idx[r]];
+      }
+      this.sorted.set(c, {
+        values, outcomes, order: idx, last, map,
+        w: new Float64Array(n), cumulative: new Float64Array(n), total: 0, version: -1, sums: new Map(),
+      });
     }
     return this.sorted.get(c);
   }
 
-  /** Column c's weights in sorted order under `draws`, their total and running sums; computed
-   * once per resample and column (the estimators of one resample share them). */
+  /** Column c's weights in sorted order under `draws`, their total and running sums (the column
+   * object, its w, cumulative and total filled); computed once per resample and column (the
+   * estimators of one resample share them). */
   weights(c, draws) {
-    if (this.drawsSeen !== draws || this.drawsVersion !== this.version) {
+    if (this.drawsSeen !== draws) {
       this.drawsSeen = draws;
-      this.drawsVersion = this.version;
-      this.weighted = new Map();
+      this.version++;
     }
-    if (!this.weighted.has(c)) {
-      const { order: idx } = this.column(c);
-      const n = idx.length;
-      const w = new Float64Array(n);
-      const cumulative = new Float64Array(n);
-      let total = 0;
-      for (let r = 0; r < n; r++) {
-        w[r] = draws[idx[r]];
-        cumulative[r] = total += w[r];
-      }
-      this.weighted.set(c, { w, cumulative, total });
+    const col = this.column(c);
+    if (col.version !== this.version) {
+      // KS's partial sums come along in the same pass (its column is the top-label one).
+      col.total = col.map === null ? gatherWeights(draws, col.order, col, c < 0 ? KS_OUT : null)
+        : gatherWeights(this.twin.weights(c, draws).w, col.map, col, c < 0 ? KS_OUT : null);
+      col.ks = c < 0 ? KS_OUT[0] : NaN;
+      col.version = this.version;
     }
-    return this.weighted.get(c);
+    return col;
   }
 
   /** A binned estimator's error on column c under draws (null when undefined). The bins' sums
    * are computed once per resample, column and binning (the estimators differ in the norm only). */
   binnedColumn(entry, c, draws) {
-    const { w, total } = this.weights(c, draws);
-    const key = `${c} ${entry.binning} ${entry.bins}`;
-    if (!this.weighted.has(key)) this.weighted.set(key, this.binSums(entry, c, w, total));
-    return errorOfSums(this.weighted.get(key), entry.norm, entry.debias);
+    const col = this.weights(c, draws);
+    const key = `${entry.binning} ${entry.bins}`;
+    let sums = col.sums.get(key);
+    if (sums === undefined || sums.version !== this.version) {
+      sums = this.binSums(entry, col);
+      sums.version = this.version;
+      col.sums.set(key, sums);
+    }
+    return errorOfSums(sums, entry.norm, entry.debias);
   }
 
-  /** The per-bin weighted counts and sums of column c's binning under weights w. */
-  binSums(entry, c, w, total) {
-    const { values, outcomes } = this.column(c);
-    const { cumulative } = this.weighted.get(c);
+  /** The per-bin weighted counts and sums of a weighted column's binning. */
+  binSums(entry, col) {
+    const { values, outcomes, w, total, cumulative } = col;
     const n = values.length;
     let edges;
     if (entry.binning === 'equal-width') edges = upperEdges(values, entry);
@@ -419,32 +438,13 @@ export class Resampler {
     const count = new Float64Array(m);
     const sumP = new Float64Array(m);
     const sumY = new Float64Array(m);
-    let b = 0; // the values are sorted: each one's bin is at or after the one before's
-    for (let r = 0; r < n; r++) {
-      if (!w[r]) continue;
-      while (b < edges.length && edges[b] < values[r]) b++;
-      count[b] += w[r];
-      sumP[b] += w[r] * values[r];
-      sumY[b] += w[r] * outcomes[r];
-    }
+    sumBins(values, outcomes, w, edges, count, sumP, sumY);
     return { count, sumP, sumY, total };
   }
 
   /** The estimator on the resample drawing row i draws[i] times (`rows`: the drawn rows). */
   score(entry, draws, rows) {
-    if (entry.kind === 'ks') {
-      const { values, outcomes, order: idx } = this.column(-1);
-      let run = 0;
-      let worst = 0;
-      for (let r = 0; r < values.length;) {
-        const v = values[r];
-        let group = 0;
-        for (; r < values.length && values[r] === v; r++) group += draws[idx[r]] * (outcomes[r] - values[r]);
-        run += group;
-        if (Math.abs(run) > worst) worst = Math.abs(run);
-      }
-      return worst / rows.length;
-    }
+    if (entry.kind === 'ks') return this.weights(-1, draws).ks / rows.length;
     if (entry.kind === 'smooth-ece') {
       const conf = Float64Array.from(rows, (i) => this.s.conf[i]);
       const correct = Float64Array.from(rows, (i) => this.s.correct[i]);
@@ -459,6 +459,65 @@ export class Resampler {
       total += err ** power;
     }
     return (total / this.s.k) ** (1 / power);
+  }
+}
+
+const KS_OUT = new Float64Array(1);
+
+/** w[r] = draws[idx[r]] (idx: the column's order into the draws, or its map into the twin's
+ * weights) and its running sums into the column's w and cumulative; returns the total. With `ks` (a Float64Array(1)), also KS's largest absolute partial sum of w x (outcome -
+ * value) over the sorted column, rows of equal value taken together, into ks[0]. (Plain
+ * functions: V8 optimises each loop whole.) */
+function gatherWeights(draws, idx, { w, cumulative, values, outcomes, last }, ks) {
+  const n = idx.length;
+  let total = 0;
+  if (ks === null) {
+    for (let r = 0; r < n; r++) {
+      const x = draws[idx[r]];
+      w[r] = x;
+      cumulative[r] = total += x;
+    }
+    return total;
+  }
+  let run = 0;
+  let worst = 0;
+  let group = 0;
+  for (let r = 0; r < n; r++) {
+    const x = draws[idx[r]];
+    w[r] = x;
+    cumulative[r] = total += x;
+    group += x * (outcomes[r] - values[r]);
+    if (last[r]) {
+      run += group;
+      group = 0;
+      if (Math.abs(run) > worst) worst = Math.abs(run);
+    }
+  }
+  ks[0] = worst;
+  return total;
+}
+
+/** Each sorted value's weight, weight x value and weight x outcome added into its bin (the first
+ * whose upper edge is >= the value): the values are sorted, so each bin is one run of rows, summed
+ * in locals (a row drawn 0 times adds 0). */
+function sumBins(values, outcomes, w, edges, count, sumP, sumY) {
+  const n = values.length;
+  const last = edges.length;
+  let r = 0;
+  for (let b = 0; b <= last; b++) {
+    const edge = b < last ? edges[b] : Infinity;
+    let c = 0;
+    let p = 0;
+    let y = 0;
+    for (; r < n && values[r] <= edge; r++) {
+      const x = w[r];
+      c += x;
+      p += x * values[r];
+      y += x * outcomes[r];
+    }
+    count[b] = c;
+    sumP[b] = p;
+    sumY[b] = y;
   }
 }
 
@@ -512,37 +571,46 @@ export function entryProblem(entries, boot) {
   return null;
 }
 
+/** The estimators' consumer of a resample pass (resamples.js): every entry with an interval scored
+ * raw and calibrated on each resample (`drawn`: id -> {raw, calibrated}: the values in resample order). */
+export class IntervalScorer {
+  constructor(entries, scales) {
+    this.entries = entries;
+    const raw = new Resampler(scales.raw);
+    this.resamplers = { raw, calibrated: new Resampler(scales.calibrated, raw) };
+    this.drawn = {};
+    for (const e of entries) this.drawn[e.id] = { raw: [], calibrated: [] };
+  }
+
+  add(rows, draws) {
+    const { resamplers, drawn } = this;
+    resamplers.raw.next();
+    resamplers.calibrated.next();
+    for (const e of this.entries) {
+      for (const which of ['raw', 'calibrated']) drawn[e.id][which].push(resamplers[which].score(e, draws, rows));
+    }
+  }
+}
+
 /**
- * metrics.json `estimators` as the protocol and the audit logits make it. `resampleRows`: an
- * iterable of the bootstrap's index rows (Int32Array of n audit positions each, in resample
- * order), or null: then each interval field is left out and `intervals` is false. `pause`
- * (optional, awaited) is called about every 50 ms while the resamples are scored, so that the page
- * can paint.
+ * metrics.json `estimators` as the protocol and the audit logits make it. `resampleRows`: the
+ * bootstrap's resample matrix (a ResampleMatrix, drawn here) or an iterable of its index rows (an
+ * array of n audit positions each, in resample order), or null: then each interval field is left
+ * out and `intervals` is false. `pause` (optional, awaited) is called about every 50 ms while the
+ * resamples are scored, so that the page can paint. `riders`: other consumers of the same rows
+ * (resamples.js), fed in the same pass when there is one; one that throws is dropped and never
+ * changes this record.
  */
-export async function expectedRecord(protocol, audit, beta, resampleRows = null, pause = null) {
+export async function expectedRecord(protocol, audit, beta, resampleRows = null, pause = null, riders = []) {
   const entries = protocol.metrics.estimators;
   const boot = protocol.bootstrap || null;
   const scales = { raw: scale(audit, 1), calibrated: scale(audit, beta) };
   const withInterval = entries.filter((e) => 'interval' in e);
-  const drawn = {};
+  let drawn = {};
   if (withInterval.length && resampleRows !== null) {
-    for (const e of withInterval) drawn[e.id] = { raw: [], calibrated: [] };
-    const resamplers = { raw: new Resampler(scales.raw), calibrated: new Resampler(scales.calibrated) };
-    const draws = new Float64Array(audit.n);
-    let last = performance.now();
-    for (const rows of resampleRows) {
-      if (pause && performance.now() - last > 50) {
-        await pause();
-        last = performance.now();
-      }
-      draws.fill(0);
-      for (let r = 0; r < rows.length; r++) draws[rows[r]] += 1;
-      resamplers.raw.next();
-      resamplers.calibrated.next();
-      for (const e of withInterval) {
-        for (const which of ['raw', 'calibrated']) drawn[e.id][which].push(resamplers[which].score(e, draws, rows));
-      }
-    }
+    const scorer = new IntervalScorer(withInterval, scales);
+    await feedResamples(resampleRows, audit.n, [scorer], riders, pause);
+    drawn = scorer.drawn;
   }
   const results = {};
   for (const entry of entries) {

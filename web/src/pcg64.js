@@ -17,6 +17,8 @@
 // step costs a few dozen integer operations and no allocation; only the rare 64-bit range uses
 // BigInt.
 
+import { PCG64_WASM } from './pcg64.wasm.js';
+
 const MASK32 = 0xffffffff;
 const M32 = 0x100000000;
 
@@ -179,7 +181,17 @@ export class PCG64 {
    * draw m >> 32, rejected while leftover < (2**32 - n) mod n; the 64-bit product formed from 16-bit
    * halves of x, exactly. The hot loop of the bootstrap: step() and next64() written out in line on
    * locals (object fields holding doubles cost a load and a store each, three times the arithmetic). */
-  fillLemire32(out, n) {
+  fillLemire32(out, n, counts = null) {
+    if (wasm !== null) {
+      wasmLemire32(this.st, out, n, counts);
+      return;
+    }
+    this.fillLemire32Js(out, n);
+    if (counts !== null) countDraws(out, counts);
+  }
+
+  /** fillLemire32 in JavaScript (where WebAssembly is refused, and the reference it is checked against). */
+  fillLemire32Js(out, n) {
     const len = out.length;
     const threshold = (M32 - n) % n;
     const st = this.st;
@@ -252,8 +264,9 @@ export class PCG64 {
   }
 
   /** `out.length` draws of integers(0, n) into `out` (a Uint32Array when n <= 2**32, else a
-   * Float64Array), continuing the generator's stream as numpy's next call would. */
-  fill(out, n) {
+   * Float64Array), continuing the generator's stream as numpy's next call would; with `counts`
+   * (a Float64Array of n), also how often each of 0..n-1 was drawn. */
+  fill(out, n, counts = null) {
     const len = out.length;
     if (!(Number.isSafeInteger(n) && n >= 1)) throw new RangeError(`the range must be a positive integer, not ${n}`);
     const r = n - 1;
@@ -262,7 +275,8 @@ export class PCG64 {
     } else if (r === MASK32) {
       for (let i = 0; i < len; i++) out[i] = this.next32();
     } else if (r < MASK32) {
-      this.fillLemire32(out, n);
+      this.fillLemire32(out, n, counts);
+      return out;
     } else {
       const big = BigInt(n);
       const threshold = ((1n << 64n) - big) % big;
@@ -272,23 +286,93 @@ export class PCG64 {
         out[i] = Number(m >> 64n);
       }
     }
+    if (counts !== null) countDraws(out, counts);
     return out;
   }
 }
+
+// The same loop in WebAssembly (web/wasm/pcg64.wat, 64-bit arithmetic: several times faster), used
+// when the page may instantiate it and it draws what the JavaScript loop draws on a test matrix when
+// the module loads (every rejection path of a range that rejects half its draws, a buffered half
+// carried across calls); else null, and the JavaScript loop draws. The state goes in and out of its
+// memory as 32-bit words on each call.
+const STATE_WORDS = 10; // w0..w3, i0..i3, the half's flag, the half
+const OUT_AT = 64;
+
+function instantiate() {
+  if (typeof WebAssembly !== 'object' || new Uint8Array(new Uint32Array([1]).buffer)[0] !== 1) return null;
+  try {
+    const bytes = Uint8Array.from(atob(PCG64_WASM), (c) => c.charCodeAt(0));
+    const { exports } = new WebAssembly.Instance(new WebAssembly.Module(bytes), {});
+    return { fill: exports.fill, memory: exports.memory };
+  } catch {
+    return null; // refused (a CSP without 'wasm-unsafe-eval'): the JavaScript loop draws
+  }
+}
+
+let wasm = instantiate();
+
+/** counts[i] = how often i occurs in row (counts zeroed first). */
+export function countDraws(row, counts) {
+  counts.fill(0);
+  const len = row.length;
+  for (let r = 0; r < len; r++) counts[row[r]] += 1;
+}
+
+function wasmLemire32(st, out, n, counts = null) {
+  const len = out.length;
+  const countsAt = OUT_AT + 8 * Math.ceil(len / 2);
+  const need = counts === null ? OUT_AT + 4 * len : countsAt + 8 * n;
+  if (wasm.memory.buffer.byteLength < need) wasm.memory.grow(Math.ceil((need - wasm.memory.buffer.byteLength) / 65536));
+  const words = new Uint32Array(wasm.memory.buffer, 0, STATE_WORDS);
+  words[0] = st[W0]; words[1] = st[W1]; words[2] = st[W2]; words[3] = st[W3];
+  words[4] = st[I0]; words[5] = st[I1]; words[6] = st[I2]; words[7] = st[I3];
+  words[8] = st[HAS_HALF]; words[9] = st[HALF];
+  wasm.fill(len, n, (M32 - n) % n, counts === null ? 0 : countsAt);
+  st[W0] = words[0]; st[W1] = words[1]; st[W2] = words[2]; st[W3] = words[3];
+  st[HAS_HALF] = words[8]; st[HALF] = words[9];
+  out.set(new Uint32Array(wasm.memory.buffer, OUT_AT, len));
+  if (counts !== null) counts.set(new Float64Array(wasm.memory.buffer, countsAt, n));
+}
+
+if (wasm !== null) {
+  const a = new PCG64(20240508);
+  const b = new PCG64(20240508);
+  const x = new Uint32Array(257);
+  const y = new Uint32Array(257);
+  let same = true;
+  for (const n of [0x80000001, 360, 0xfffffffe, 3]) {
+    wasmLemire32(a.st, x, n);
+    b.fillLemire32Js(y, n);
+    same = same && x.every((v, i) => v === y[i]) && a.st.every((v, i) => i === HI || i === LO || v === b.st[i]);
+  }
+  // the counts of a row of 257 draws of integers(0, 257)
+  const counts = new Float64Array(257);
+  const want = new Float64Array(257);
+  wasmLemire32(a.st, x, 257, counts);
+  b.fillLemire32Js(y, 257);
+  countDraws(y, want);
+  same = same && x.every((v, i) => v === y[i]) && counts.every((v, i) => v === want[i]);
+  if (!same) wasm = null;
+}
+
+/** Whether the draws go through WebAssembly ('wasm') or JavaScript ('js'), for the tests. */
+export const drawsBy = () => (wasm === null ? 'js' : 'wasm');
 
 // The hot loop runs once, whole, on a throwaway generator when the module loads: V8 then has type
 // feedback for every statement of it (the draw's store, the rejection, the state's write-back) when
 // it optimises the loop in the middle of a long row; without it, that optimised code was thrown away
 // at the end of every row, and the rows were drawn at half speed.
-new PCG64(0).fill(new Uint32Array(64), 0x80000001);
+new PCG64(0).fillLemire32Js(new Uint32Array(64), 0x80000001);
 
 /**
  * The rows of integers(0, n, size=(resamples, n)) for PCG64(seed), in order: yields `resamples`
  * times the same buffer (a Uint32Array of n, a Float64Array when n > 2**32), refilled with the
- * next row; copy a row to keep it. Memory is one row whatever the matrix's size.
+ * next row; copy a row to keep it. With `counts` (a Float64Array of n), each row's draw counts are
+ * written there as it is drawn. Memory is one row whatever the matrix's size.
  */
-export function* resampleRows(seed, n, resamples) {
+export function* resampleRows(seed, n, resamples, counts = null) {
   const rng = new PCG64(seed);
   const row = n <= M32 ? new Uint32Array(n) : new Float64Array(n);
-  for (let b = 0; b < resamples; b++) yield rng.fill(row, n);
+  for (let b = 0; b < resamples; b++) yield rng.fill(row, n, counts);
 }

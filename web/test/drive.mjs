@@ -120,6 +120,17 @@ try {
         try { new WebSocket('ws://127.0.0.1:9/probe'); } catch { /* refused by the CSP */ }
         await new Promise((r) => setTimeout(r, 300));
       });
+      // A worker started as the page starts its own (blob: URL) inherits the CSP: its fetch must be
+      // stopped too; what it reports is recorded as a violation prefixed with "worker:".
+      const fromWorker = await page.evaluate(() => new Promise((resolve) => {
+        const code = "self.addEventListener('securitypolicyviolation', (e) => postMessage(`${e.violatedDirective} ${e.blockedURI}`));"
+          + "fetch('http://127.0.0.1:9/probe-worker').catch(() => {});";
+        const worker = new Worker(URL.createObjectURL(new Blob([code], { type: 'text/javascript' })));
+        worker.onmessage = (e) => resolve(e.data);
+        worker.onerror = () => resolve('error the worker did not start');
+        setTimeout(() => resolve('none no violation reported'), 3000);
+      }));
+      violations.push(`worker:${fromWorker}`);
     }
     if (job.screenshots && job.screenshots[c.name]) await page.screenshot({ path: job.screenshots[c.name] });
     lines.push(JSON.stringify({ name: c.name, result, requests, violations, errors, wall, cpuSeconds }));
