@@ -25,6 +25,27 @@ def pytest_configure(config: pytest.Config) -> None:
                                 "rounding'; it is written to tests/goldens/CHANGELOG.md.")
 
 
+LONGEST_FIRST = (
+    "tests/web/test_browser.py",
+    "tests/job/test_reproduce_levels.py",
+    "tests/job/test_own_classifier.py",
+    "tests/verify/test_tamper.py",
+    "tests/verify/test_sweep.py",
+    "tests/bundle/test_schemas.py",
+    "tests/job/test_readme_own.py",
+    "tests/job/test_publish.py",
+)
+"""The modules that take longest in `make test` (measured with --durations=0), longest first."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run LONGEST_FIRST's modules first, every other one in collection order. `make test` hands
+    whole modules to its workers in this order (pytest-xdist, --dist loadscope); a long module
+    handed out last keeps one worker busy while the other has nothing left. Only the order moves."""
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
+
 @pytest.fixture(scope="session")
 def golden(pytestconfig: pytest.Config) -> Callable[[str, Path], None]:
     """golden(run, bundle): fail unless the bundle's logits, temperature and metrics have the

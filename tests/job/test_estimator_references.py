@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,9 +24,22 @@ from job.estimator_spec import DEFAULT_ESTIMATORS, parse_estimators
 from job.metrics import compute_metrics
 from verify import estimators as ver_est
 
-calibration = pytest.importorskip("calibration")  # uncertainty-calibration
-relplot = pytest.importorskip("relplot")
-scipy_stats = pytest.importorskip("scipy.stats")
+
+# The reference libraries are imported by the tests that use them, not at collection: importing
+# uncertainty-calibration loads scikit-learn (about 1.2 s) in every process that collects the suite.
+@pytest.fixture(scope="module")
+def calibration() -> Any:
+    return pytest.importorskip("calibration")  # uncertainty-calibration
+
+
+@pytest.fixture(scope="module")
+def relplot() -> Any:
+    return pytest.importorskip("relplot")
+
+
+@pytest.fixture(scope="module")
+def scipy_stats() -> Any:
+    return pytest.importorskip("scipy.stats")
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = {s.id: s for s in parse_estimators(DEFAULT_ESTIMATORS, True)}
@@ -40,7 +54,7 @@ def standin_audit() -> tuple[np.ndarray, np.ndarray] | None:
         return None
     import pyarrow.parquet as pq
 
-    table = pq.read_table(data).to_pydict()
+    table = pq.ParquetFile(data).read(columns=["idx", "label"]).to_pydict()  # no pyarrow.dataset at collection
     label = dict(zip(table["idx"], table["label"]))
     rows = json.loads((ROOT / "tests" / "goldens" / "standin.json").read_text())["rows"]["audit"]
     z = np.array([[r[2], r[3]] for r in rows], dtype=np.float32).astype(np.float64)
@@ -73,7 +87,7 @@ def top_label(p: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.
 
 @pytest.mark.parametrize("name,z,y", POOLS, ids=[p[0] for p in POOLS])
 @pytest.mark.parametrize("beta", [1.0, 0.6])
-def test_binned_estimators_equal_uncertainty_calibration(name, z, y, beta):
+def test_binned_estimators_equal_uncertainty_calibration(name, z, y, beta, calibration):
     p = softmax(beta * z)
     pred = z.argmax(axis=1)
     references = {
@@ -90,7 +104,7 @@ def test_binned_estimators_equal_uncertainty_calibration(name, z, y, beta):
 
 @pytest.mark.parametrize("name,z,y", POOLS[:-2] + POOLS[-1:], ids=[p[0] for p in POOLS[:-2] + POOLS[-1:]])
 @pytest.mark.parametrize("beta", [1.0, 0.6])
-def test_smooth_ece_and_its_bandwidth_equal_relplot(name, z, y, beta):
+def test_smooth_ece_and_its_bandwidth_equal_relplot(name, z, y, beta, relplot):
     _, conf, correct = top_label(softmax(beta * z), y)
     value, sigma = relplot.smECE(conf, correct, return_width=True)
     assert job_est.smooth_ece(SPECS["smooth-ece"], conf, correct) == pytest.approx((value, sigma), abs=EXACT, rel=0)
@@ -104,7 +118,7 @@ def test_smooth_ece_and_its_bandwidth_equal_relplot(name, z, y, beta):
 @pytest.mark.parametrize("k,n", [(0, 1), (1, 1), (0, 20), (20, 20), (9, 20), (1, 360), (359, 360), (180, 360),
                                  (3, 7), (1234, 5000)])
 @pytest.mark.parametrize("level", [0.95, 0.9, 0.5])
-def test_clopper_pearson_equals_scipy_beta_quantiles(k, n, level):
+def test_clopper_pearson_equals_scipy_beta_quantiles(k, n, level, scipy_stats):
     alpha = 1 - level
     lower = 0.0 if k == 0 else scipy_stats.beta.ppf(alpha / 2, k, n - k + 1)
     upper = 1.0 if k == n else scipy_stats.beta.ppf(1 - alpha / 2, k + 1, n - k)
@@ -145,7 +159,7 @@ EDGES = edge_sets()
 
 
 @pytest.mark.parametrize("name", sorted(EDGES))
-def test_edge_sets_agree_with_the_references(name):
+def test_edge_sets_agree_with_the_references(name, calibration, relplot):
     p, y = EDGES[name]
     pred, conf, correct = top_label(p, y)
     for key, reference in {
@@ -162,7 +176,7 @@ def test_edge_sets_agree_with_the_references(name):
                                                                                         rel=0)
 
 
-def test_an_all_correct_bin_has_a_one_sided_interval_where_the_bootstrap_has_none():
+def test_an_all_correct_bin_has_a_one_sided_interval_where_the_bootstrap_has_none(scipy_stats):
     """The reason for Clopper-Pearson whiskers: 10 rows all right give [0.692, 1], not [1, 1]."""
     p, y = EDGES["all-correct"]
     _, conf, correct = top_label(p, y)

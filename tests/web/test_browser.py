@@ -278,9 +278,12 @@ def _agree_on(bundle: Path, pem: Path, tmp: Path, name: str) -> dict[str, dict[s
     return pages
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not SHARED_FIXTURES.is_dir(), reason="../shared/fixtures is absent")
 def test_the_page_agrees_with_python_on_a_fresh_standin_bundle(browser_ready: None, tmp_path: Path) -> None:
-    """The job on SST-2 validation and the stand-in classifier: 872 rows, bootstrap, stability, estimators."""
+    """The job on SST-2 validation and the stand-in classifier: 872 rows, bootstrap, stability, estimators
+    (slow: a whole stand-in run; the fast suite has the goldens, written by such runs, and a fresh tiny-world
+    bundle of this tree)."""
     bundle, pem = _job_run(tmp_path / "standin", "--resources", str(REPO / "job" / "locks" / "standin.json"))
     _agree_on(bundle, pem, tmp_path, "standin")
 

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy.stats import beta as beta_dist
 
 from verify import estimators
 
@@ -162,6 +161,8 @@ def test_smooth_ece_bandwidth_search_on_50000_rows_is_bounded(node_ready: None) 
 
 def test_clopper_pearson_agrees_with_scipy(node_ready: None) -> None:
     """The inverse regularized incomplete beta: k = 0, k = n, n = 1 and large n, to 1e-12."""
+    from scipy.stats import beta as beta_dist  # deferred: scipy.stats takes 0.6 s to import
+
     rng = np.random.default_rng(3)
     asked: list[tuple[int, int, float]] = []
     for n in (1, 2, 3, 7, 10, 37, 100, 1000, 9_999, 49_488, 100_000):
