@@ -70,5 +70,4 @@ def memoized(fn: Callable[P, R]) -> Callable[P, R]:
             kept.popitem(last=False)
         return result
 
-    call.cache_clear = kept.clear  # type: ignore[attr-defined]
     return call

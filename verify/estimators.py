@@ -50,29 +50,33 @@ def wanted(ctx: Context) -> bool:
 
 # ---- binned ----------------------------------------------------------------------------------
 
+def run_starts(n: int, bins: int) -> I64:
+    """The sample position where each equal-mass run after the first starts: min(bins, n) runs of
+    a sorted sample of n, the first n % runs of them one longer."""
+    runs = min(bins, n)
+    size, extra = divmod(n, runs)
+    first = np.arange(1, runs, dtype=np.int64)  # run i + 1 starts after i + 1 runs
+    starts: I64 = first * size + np.minimum(first, extra)
+    return starts
+
+
 def upper_edges(values: F64, entry: dict[str, Any]) -> F64:
-    """Upper bin edges of `values` (a resample's are _Resampler._edges_block's)."""
+    """Upper bin edges of `values` (a resample's are _Resampler._edges_block's): equal-width, or
+    halfway between the last value of one equal-mass run and the first of the next, then 1.0."""
     bins = int(entry["bins"])
     if entry["binning"] == "equal-width":
         return np.arange(1, bins + 1) / float(bins)
     ordered = np.sort(values)
-    n = len(ordered)
-    runs = min(bins, n)
-    size, extra = divmod(n, runs)
-    first = np.arange(1, runs, dtype=np.int64)  # run i + 1 starts after i + 1 runs, the first `extra` one longer
-    ends = first * size + np.minimum(first, extra)
-    # Sample positions e - 1 and e (e: first index of run i + 1).
-    before, at = ends - 1, ends
-    return np.unique(np.append((ordered[before] + ordered[at]) / 2.0, 1.0))
+    starts = run_starts(len(ordered), bins)
+    return np.unique(np.append((ordered[starts - 1] + ordered[starts]) / 2.0, 1.0))
 
 
 def calibration_error(values: F64, outcomes: F64, edges: F64, norm: str, debias: bool) -> float | None:
     """The plug-in or debiased error of the rows (values, outcomes) in the bins with upper `edges`."""
     which = np.digitize(values, edges, right=True)
-    weight = np.ones(len(values))
-    count = np.bincount(which, weights=weight, minlength=len(edges))
-    sum_p = np.bincount(which, weights=weight * values, minlength=len(edges))
-    sum_y = np.bincount(which, weights=weight * outcomes, minlength=len(edges))
+    count = np.bincount(which, minlength=len(edges)).astype(np.float64)
+    sum_p = np.bincount(which, weights=values, minlength=len(edges))
+    sum_y = np.bincount(which, weights=outcomes, minlength=len(edges))
     power = 1.0 if norm == "l1" else 2.0
     keep = count >= (2 if debias else 1)
     if debias and not keep.any():
@@ -81,7 +85,7 @@ def calibration_error(values: F64, outcomes: F64, edges: F64, norm: str, debias:
     terms = np.abs(mp - my) ** power
     if debias:
         terms = terms - my * (1.0 - my) / (c - 1.0)
-    total = float(np.sum(c * terms) / np.sum(weight))
+    total = float(np.sum(c * terms) / len(values))
     return math.sqrt(max(total, 0.0)) if debias else total ** (1.0 / power)
 
 
@@ -303,16 +307,13 @@ class _Resampler:
         if entry["binning"] == "equal-width":
             return np.broadcast_to(np.arange(1, bins + 1) / float(bins), (b, bins))
         n = cum_w.shape[1]  # every resample draws as many rows as the pool has
-        runs = min(bins, n)
-        size, extra = divmod(n, runs)
-        first = np.arange(1, runs, dtype=np.int64)
-        ends = first * size + np.minimum(first, extra)
-        # Sample positions e - 1 and e of each resample, found in one search: row r of the running
-        # counts is lifted by r * (n + 1), above every value of the rows before it.
+        starts = run_starts(n, bins).astype(np.float64)
+        # The rows at sample positions s - 1 and s of each resample, found in one search: row r of
+        # the running counts is lifted by r * (n + 1), above every value of the rows before it.
         lift = np.arange(b, dtype=np.float64)[:, None] * (n + 1)
         flat = (cum_w + lift).ravel()
         where = [np.searchsorted(flat, (q + lift).ravel(), side="right").reshape(b, -1) - np.arange(b)[:, None] * n
-                 for q in (ends - 1.0, ends * 1.0)]
+                 for q in (starts - 1.0, starts)]
         middle = (values[where[0]] + values[where[1]]) / 2.0
         return np.concatenate([middle, np.ones((b, 1))], axis=1)
 
