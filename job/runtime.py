@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 
 SYS_CPU = Path("/sys/devices/system/cpu")
 CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
-OMP_WAIT_POLICY = "PASSIVE"
-"""How torch's OpenMP threads wait at a barrier: asleep, not spinning (see passive_thread_waits)."""
+GOMP_SPINCOUNT = "10000"
+"""How long torch's OpenMP threads spin at a barrier before they sleep (see bounded_thread_waits)."""
 
 
 def usable_cpus() -> list[int]:
@@ -121,24 +121,27 @@ class Settings:
         )
 
 
-def passive_thread_waits(environ: MutableMapping[str, str] = os.environ) -> dict[str, Any]:
-    """Let torch's OpenMP threads sleep at a barrier instead of spinning: OMP_WAIT_POLICY=PASSIVE
-    in this process's environment, unless the environment already sets a policy. The record says
-    which policy torch's threads follow: the one set, or the environment's, or None for the OpenMP
-    runtime's default where torch was imported before this ran (libgomp reads the variable once,
-    when torch loads it).
+def bounded_thread_waits(environ: MutableMapping[str, str] = os.environ) -> dict[str, Any]:
+    """Let torch's OpenMP threads spin only briefly at a barrier before they sleep: GOMP_SPINCOUNT
+    (libgomp, the OpenMP runtime of torch's Linux wheels) in this process's environment, unless the
+    environment already sets OMP_WAIT_POLICY or GOMP_SPINCOUNT. The record says what torch's threads
+    follow: what was set, or the environment's, or None for the runtime's default where torch was
+    imported before this ran (libgomp reads both variables once, when torch loads it).
 
-    By default libgomp spins up to 300,000 times before it sleeps, which costs nothing on idle
-    cores; on cores shared with other processes every operator's barrier then waits, spinning, for
-    a thread that has no core: measured on a loaded 2-core machine, the forward at 2 threads took
-    4x the wall time and 3-9x the CPU time of 1 thread, and with passive waits less wall time than
-    1 thread (docs/PERFORMANCE.md). Waiting is not arithmetic: the logits are bit-identical either way."""
-    before = environ.get("OMP_WAIT_POLICY")
-    if "torch" in sys.modules:
-        return {"omp_wait_policy": before, "set_by_job": False}
-    if before is None:
-        environ["OMP_WAIT_POLICY"] = OMP_WAIT_POLICY
-    return {"omp_wait_policy": environ["OMP_WAIT_POLICY"], "set_by_job": before is None}
+    libgomp's default spins up to 300,000 times before a thread sleeps; a forward ends every operator
+    at a barrier. Measured on 2 cores (docs/PERFORMANCE.md, "The threads' wait at a barrier"):
+    - on a quiet Intel Xeon (KVM), sleeping at once (OMP_WAIT_POLICY=PASSIVE) made 2 threads slower
+      than 1, as each wake of a sleeping virtual CPU costs more than the operator between two
+      barriers; 10,000 spins were as fast as the default's 300,000;
+    - on cores shared with other processes the default's long spin burns the time slices its
+      partner thread needs (2 threads slower than 1), where 10,000 spins were as fast as PASSIVE
+      with two other busy processes and still faster than 1 thread with four.
+    Waiting is not arithmetic: the logits are bit-identical under every policy."""
+    policy, spins = environ.get("OMP_WAIT_POLICY"), environ.get("GOMP_SPINCOUNT")
+    if "torch" in sys.modules or policy is not None or spins is not None:
+        return {"omp_wait_policy": policy, "gomp_spincount": spins, "set_by_job": False}
+    environ["GOMP_SPINCOUNT"] = GOMP_SPINCOUNT
+    return {"omp_wait_policy": None, "gomp_spincount": GOMP_SPINCOUNT, "set_by_job": True}
 
 
 def set_deterministic(mode: bool) -> None:
@@ -172,8 +175,8 @@ def configure_torch(s: Settings) -> dict[str, Any]:
     """Apply the protocol's threads, seed and determinism; return what torch reports back, with the
     process's memory settings (job.process.configure_process: applied here too when the process
     started elsewhere than job.cli, e.g. in a test or a benchmark) and the threads' wait policy
-    (passive_thread_waits: in effect when this is the process's first import of torch)."""
-    waits = passive_thread_waits()
+    (bounded_thread_waits: in effect when this is the process's first import of torch)."""
+    waits = bounded_thread_waits()
     import torch  # deferred: torch loads only where a model runs
 
     allocator = configure_process().allocator_record()

@@ -50,10 +50,12 @@ def test_tiny_goldens_hold_under_a_limited_instruction_set(isa: str, tiny_world:
     # the limit took effect in the child, which differs from this process unless it runs under the same limit
     assert isa.upper() in kind["isa"] and (kind != cpu_kind() or isa.upper() in cpu_kind()["isa"])
     compare("tiny", out, None, kind=kind)
-    # a run's first import of torch comes after its threads are told to wait passively
+    # a run's first import of torch comes after its threads are told how long to spin
     waits = json.loads((out / "data" / "environment.json").read_text())["torch"]["thread_waits"]
-    given = os.environ.get("OMP_WAIT_POLICY")
-    assert waits == {"omp_wait_policy": given or "PASSIVE", "set_by_job": given is None}
+    policy, spins = os.environ.get("OMP_WAIT_POLICY"), os.environ.get("GOMP_SPINCOUNT")
+    decided = policy is not None or spins is not None
+    assert waits == {"omp_wait_policy": policy, "gomp_spincount": spins if decided else "10000",
+                     "set_by_job": not decided}
 
 
 def test_the_intel_written_tiny_bundle_is_within_the_tolerances() -> None:

@@ -4,6 +4,7 @@ its upper bound, recorded in environment.json; the logits do not depend on it.""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -52,21 +53,23 @@ def test_cpu_quota_reads_cgroup_v2_cpu_max(tmp_path: Path) -> None:
     assert cpu_quota(cpu_max) == 2
 
 
-def test_threads_wait_passively_unless_the_environment_or_an_earlier_torch_import_decides() -> None:
-    """OMP_WAIT_POLICY=PASSIVE goes into the environment only before torch is imported (libgomp
-    reads it then) and only where no policy is set; the record says which policy holds."""
+def test_threads_spin_briefly_unless_the_environment_or_an_earlier_torch_import_decides() -> None:
+    """GOMP_SPINCOUNT goes into the environment only before torch is imported (libgomp reads it
+    then) and only where neither it nor a wait policy is set; the record says what holds."""
     code = ("import json, sys\n"
-            "from job.runtime import passive_thread_waits\n"
-            "env, given = {}, {'OMP_WAIT_POLICY': 'ACTIVE'}\n"
-            "out = [passive_thread_waits(env), env, passive_thread_waits(given), given]\n"
+            "from job.runtime import bounded_thread_waits as waits\n"
+            "env, policy, spins = {}, {'OMP_WAIT_POLICY': 'PASSIVE'}, {'GOMP_SPINCOUNT': '0'}\n"
+            "out = [waits(env), env, waits(policy), policy, waits(spins), spins]\n"
             "import torch\n"
-            "out += [passive_thread_waits(late := {}), late]\n"
+            "out += [waits(late := {}), late]\n"
             "print(json.dumps(out))\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
+                          env={k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")})
     assert json.loads(done.stdout) == [
-        {"omp_wait_policy": "PASSIVE", "set_by_job": True}, {"OMP_WAIT_POLICY": "PASSIVE"},
-        {"omp_wait_policy": "ACTIVE", "set_by_job": False}, {"OMP_WAIT_POLICY": "ACTIVE"},
-        {"omp_wait_policy": None, "set_by_job": False}, {}]
+        {"omp_wait_policy": None, "gomp_spincount": "10000", "set_by_job": True}, {"GOMP_SPINCOUNT": "10000"},
+        {"omp_wait_policy": "PASSIVE", "gomp_spincount": None, "set_by_job": False}, {"OMP_WAIT_POLICY": "PASSIVE"},
+        {"omp_wait_policy": None, "gomp_spincount": "0", "set_by_job": False}, {"GOMP_SPINCOUNT": "0"},
+        {"omp_wait_policy": None, "gomp_spincount": None, "set_by_job": False}, {}]
 
 
 def test_the_run_records_its_thread_choice(tiny_bundle: Path) -> None:
