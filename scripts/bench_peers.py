@@ -20,8 +20,9 @@ the pinned checkpoint's architecture with seed-0 weights (scripts/bench.py build
 `standin`, the trained classifier of ../shared/fixtures.
 
 A block is one model under one instruction-set setting at one thread setting: every path's worker
-is started, then passes run round-robin (warm-up first, which also compiles; the first path of
-each round rotates), and the workers finish with their peak RSS. `--threads default` gives each
+is started, then passes run round-robin (warm-up first, which also compiles; each round's order
+is a permutation seeded by the round's number, so a path's predecessor varies), and the workers
+finish with their peak RSS. `--threads default` gives each
 library its own default (the job: job.runtime.ThreadChoice, the physical cores within the
 protocol's bound); `--isa avx2` starts the workers with oneDNN, ATen and MKL limited to AVX2
 (ONNX Runtime and OpenVINO have no such switch: their rows there run their normal kernels).
@@ -185,6 +186,14 @@ def worker_env(isa: str, inductor_cache: Path | None = None) -> dict[str, str]:
     return env
 
 
+def round_order(order: list[str], r: int) -> list[str]:
+    """Round r's order of the paths: a permutation drawn with seed r, the same in every run, so that
+    each path starts rounds and follows different paths in turn. (Rotating a fixed order keeps every
+    path's predecessor; a library whose threads keep a core busy after its own pass then slows the
+    same path in every round: measured, the job after OpenVINO on an Intel Xeon.)"""
+    return [order[int(i)] for i in np.random.default_rng(r).permutation(len(order))]
+
+
 def run_block(p: Prepared, isa: str, threads: str, paths: list[str], python: dict[str, str], warmup: int,
               repeats: int, work: Path, warmup_batches: list[int] | None = None) -> dict[str, Any]:
     """Every path's worker for one model, instruction-set setting and thread setting, driven round-robin."""
@@ -210,7 +219,7 @@ def run_block(p: Prepared, isa: str, threads: str, paths: list[str], python: dic
             cmd: dict[str, Any] = {"op": "pass"}
             if r < warmup and warmup_batches is not None:
                 cmd["batches"] = warmup_batches
-            for path in order[r % len(order):] + order[:r % len(order)]:
+            for path in round_order(order, r):
                 if path not in workers:
                     continue
                 try:
