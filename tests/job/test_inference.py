@@ -299,24 +299,34 @@ def test_set_deterministic_sets_the_aten_flag():
 
 def test_loading_stays_off_transformers_modeling_stack(tiny_world):
     """configure_torch + load_model import neither transformers.modeling_utils nor torch._dynamo
-    (with sympy and torch.distributed they cost ~90 MB of the job's peak resident memory)."""
+    (with sympy and torch.distributed they cost ~90 MB of the job's peak resident memory). The
+    forward check's transformers model, loaded after, imports no scipy (its object-detection
+    losses would, where scipy is installed, as in this environment), and transformers' scipy flag
+    reads as before."""
     model_dir, _ = tiny_texts(tiny_world)
     code = (
         "import sys, json\n"
         "from pathlib import Path\n"
-        "from job.model import load_model\n"
+        "from job.model import load_model, load_transformers\n"
         "from job.runtime import Settings, configure_torch\n"
         "from job.protocol import load_protocol\n"
         "s = Settings.from_protocol(load_protocol().inference)\n"
         "info = configure_torch(s)\n"
         f"model = load_model(Path({str(model_dir)!r}), s)\n"
+        "loaded = [m for m in ('transformers.modeling_utils', 'torch._dynamo', 'torch._inductor', 'sympy')"
+        " if m in sys.modules]\n"
+        "import transformers.utils\n"
+        "flag = transformers.utils.is_scipy_available()\n"
+        f"reference = load_transformers(Path({str(model_dir)!r}), 'eager')\n"
         "print(json.dumps({'type': type(model.forward).__name__, 'deterministic': info['deterministic_algorithms'],"
-        " 'loaded': [m for m in ('transformers.modeling_utils', 'torch._dynamo', 'torch._inductor', 'sympy')"
-        " if m in sys.modules]}))\n")
+        " 'loaded': loaded, 'reference': type(reference).__name__, 'scipy': 'scipy' in sys.modules,"
+        " 'flag': transformers.utils.is_scipy_available() == flag,"
+        " 'losses': 'transformers.loss.loss_for_object_detection' in sys.modules}))\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
                          check=True)
     got = json.loads(out.stdout.strip().splitlines()[-1])
-    assert got == {"type": "DistilBertClassifier", "deterministic": True, "loaded": []}
+    assert got == {"type": "DistilBertClassifier", "deterministic": True, "loaded": [],
+                   "reference": "DistilBertForSequenceClassification", "scipy": False, "flag": True, "losses": True}
 
 
 def test_sdpa_protocol_uses_transformers(tiny_world):
