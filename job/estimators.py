@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -69,9 +69,19 @@ def equal_mass_edges(values: F64, bins: int) -> F64:
     return np.unique(np.append(edges, 1.0))
 
 
-def binned_error(values: F64, outcomes: F64, edges: F64, norm: str, debias: bool) -> float | None:
-    """The plug-in or debiased calibration error of `values` against 0/1 `outcomes` in the
-    right-closed bins with upper `edges`; None for a debiased estimate with no bin of two rows."""
+@dataclass(frozen=True)
+class BinMeans:
+    """The rows of each right-closed bin: its size, and the mean value and mean outcome of every
+    non-empty bin (None for an empty one), in bin order, over n rows in all."""
+
+    n: int
+    sizes: tuple[int, ...]
+    value_means: tuple[float | None, ...]
+    outcome_means: tuple[float | None, ...]
+
+
+def bin_means(values: F64, outcomes: F64, edges: F64) -> BinMeans:
+    """`values` and their 0/1 `outcomes` in the right-closed bins with upper `edges`."""
     n = len(values)
     which = np.searchsorted(edges, values, side="left")
     order = np.argsort(which, kind="stable")
@@ -79,38 +89,77 @@ def binned_error(values: F64, outcomes: F64, edges: F64, norm: str, debias: bool
     # (pairwise) sum over its size, exactly numpy.mean's arithmetic
     bounds = [0, *np.searchsorted(which[order], np.arange(1, len(edges))).tolist(), n]
     ordered_values, ordered_outcomes = values[order], outcomes[order]
+    sizes, value_means, outcome_means = [], [], []
+    for start, stop in itertools.pairwise(bounds):
+        size = stop - start
+        sizes.append(size)
+        value_means.append(float(np.add.reduce(ordered_values[start:stop]) / size) if size else None)
+        outcome_means.append(float(np.add.reduce(ordered_outcomes[start:stop]) / size) if size else None)
+    return BinMeans(n, tuple(sizes), tuple(value_means), tuple(outcome_means))
+
+
+def error_of_bins(bins: BinMeans, norm: str, debias: bool) -> float | None:
+    """The plug-in or debiased calibration error of binned rows; None for a debiased estimate with
+    no bin of two rows."""
     power = 1 if norm == "l1" else 2
     total = 0.0
     usable = False
-    for start, stop in itertools.pairwise(bounds):
-        size = stop - start
-        if size == 0 or (debias and size < 2):
+    for size, vbar, ybar in zip(bins.sizes, bins.value_means, bins.outcome_means, strict=True):
+        if size == 0 or (debias and size < 2) or vbar is None or ybar is None:
             continue
         usable = True
-        ybar = float(np.add.reduce(ordered_outcomes[start:stop]) / size)
-        gap = float(np.add.reduce(ordered_values[start:stop]) / size) - ybar
-        term = abs(gap) ** power
+        term = abs(vbar - ybar) ** power
         if debias:
             term -= ybar * (1.0 - ybar) / (size - 1.0)
-        total += size / n * term
+        total += size / bins.n * term
     if debias:
         return math.sqrt(max(total, 0.0)) if usable else None
     return float(total ** (1.0 / power))
 
 
-def binned(spec: EstimatorSpec, probs: F64, labels: I64, pred: I64) -> float | None:
-    """One binned estimator of probabilities `probs` (n, K)."""
-    def edges_for(values: F64) -> F64:
-        return equal_mass_edges(values, spec.bins) if spec.binning == "equal-mass" else equal_width_edges(spec.bins)
+def binned_error(values: F64, outcomes: F64, edges: F64, norm: str, debias: bool) -> float | None:
+    """The plug-in or debiased calibration error of `values` against 0/1 `outcomes` in the
+    right-closed bins with upper `edges`; None for a debiased estimate with no bin of two rows."""
+    return error_of_bins(bin_means(values, outcomes, edges), norm, debias)
+
+
+Shared = dict[Any, Any]
+"""What the estimators scored on the same rows share, filled as they need it: the top-label
+columns, and the bins of each column under each binning. Estimators that differ only in the norm
+(the protocol's plug-in l1 and debiased l2 on equal-mass bins) bin the rows once."""
+
+
+def _top_label(probs: F64, labels: I64, pred: I64, shared: Shared | None) -> tuple[F64, F64]:
+    """Each row's top-label confidence and 0/1 correctness (kept in `shared` when given)."""
+    shared = {} if shared is None else shared
+    if "top-label" not in shared:
+        shared["top-label"] = (probs[np.arange(len(labels)), pred], (pred == labels).astype(np.float64))
+    top: tuple[F64, F64] = shared["top-label"]
+    return top
+
+
+def binned(spec: EstimatorSpec, probs: F64, labels: I64, pred: I64, shared: Shared | None = None) -> float | None:
+    """One binned estimator of probabilities `probs` (n, K); `shared`: what estimators on the
+    same rows share (Shared), or None."""
+    shared = {} if shared is None else shared
+
+    def bins_of(column: int, values: F64, outcomes: F64) -> BinMeans:
+        key = ("bins", column, spec.binning, spec.bins)
+        if key not in shared:
+            mass = spec.binning == "equal-mass"
+            edges = equal_mass_edges(values, spec.bins) if mass else equal_width_edges(spec.bins)
+            shared[key] = bin_means(values, outcomes, edges)
+        found: BinMeans = shared[key]
+        return found
 
     if spec.confidence == "top-label":
-        conf = probs[np.arange(len(labels)), pred]
-        return binned_error(conf, (pred == labels).astype(np.float64), edges_for(conf), spec.norm, spec.debias)
+        conf, correct = _top_label(probs, labels, pred, shared)
+        return error_of_bins(bins_of(-1, conf, correct), spec.norm, spec.debias)
     power = 1 if spec.norm == "l1" else 2
     per_class = []
     for k in range(probs.shape[1]):
         column = probs[:, k]
-        err = binned_error(column, (labels == k).astype(np.float64), edges_for(column), spec.norm, spec.debias)
+        err = error_of_bins(bins_of(k, column, (labels == k).astype(np.float64)), spec.norm, spec.debias)
         if err is None:
             return None
         per_class.append(err ** power)
@@ -269,16 +318,22 @@ def bin_intervals(conf: F64, correct: F64, level: float) -> list[dict[str, Any]]
 
 # ---- one pool, raw and calibrated -------------------------------------------------------------
 
-Scorer = Callable[[F64, I64, I64], "float | None"]
+class Scorer(Protocol):
+    """A scalar estimator: (probs, labels, pred, shared) -> value; `shared` (Shared, or None) is
+    what the estimators scored on the same rows share."""
+
+    def __call__(self, probs: F64, labels: I64, pred: I64, shared: Shared | None = None) -> float | None: ...
 
 
 def scorer(spec: EstimatorSpec) -> Scorer:
-    """The function (probs, labels, pred) -> value of a scalar estimator."""
-    if spec.kind == "binned":
-        return lambda p, y, pred: binned(spec, p, y, pred)
-    if spec.kind == "ks":
-        return lambda p, y, pred: ks_error(p[np.arange(len(y)), pred], (pred == y).astype(np.float64))
-    return lambda p, y, pred: smooth_ece(spec, p[np.arange(len(y)), pred], (pred == y).astype(np.float64))[0]
+    """The Scorer of a scalar estimator."""
+    def score(probs: F64, labels: I64, pred: I64, shared: Shared | None = None) -> float | None:
+        if spec.kind == "binned":
+            return binned(spec, probs, labels, pred, shared)
+        conf, correct = _top_label(probs, labels, pred, shared)
+        return ks_error(conf, correct) if spec.kind == "ks" else smooth_ece(spec, conf, correct)[0]
+
+    return score
 
 
 NULL_REASON = "no bin holds two rows, so the debiased estimate is undefined"
@@ -315,16 +370,12 @@ def estimator_results(specs: tuple[EstimatorSpec, ...], logits: F64, labels: I64
                 entry[which] = {"value": value, "bandwidth": sigma}
             else:
                 entry[which] = _scalar(scorer(spec)(p, labels, pred))
+        results[spec.id] = entry
+    drawn = _resample_scores(tuple(spec for spec in specs if spec.interval is not None), probs, labels, pred,
+                             resamples, seed)
+    for spec in specs:
         if spec.interval is not None:
-            score = scorer(spec)
-            draws: dict[str, list[float | None]] = {"raw": [], "calibrated": [], "difference": []}
-            for block in resample_blocks(n, resamples, seed):
-                for rows in block:
-                    r = score(probs["raw"][rows], labels[rows], pred[rows])
-                    c = score(probs["calibrated"][rows], labels[rows], pred[rows])
-                    draws["raw"].append(r)
-                    draws["calibrated"].append(c)
-                    draws["difference"].append(None if r is None or c is None else c - r)
+            entry, draws = results[spec.id], drawn[spec.id]
             q = spec.interval.quantiles
             for which in ("raw", "calibrated"):
                 bounds = _percentiles(draws[which], q)
@@ -337,8 +388,33 @@ def estimator_results(specs: tuple[EstimatorSpec, ...], logits: F64, labels: I64
                  "reason": "a resample left the estimate undefined"}
                 if bounds is None or point is None else
                 {"point": point, "lower": bounds[0], "upper": bounds[1], "verdict": interval_verdict(*bounds)})
-        results[spec.id] = entry
     return results
+
+
+def _resample_scores(specs: tuple[EstimatorSpec, ...], probs: dict[str, F64], labels: I64, pred: I64,
+                     resamples: int, seed: int) -> dict[str, dict[str, list[float | None]]]:
+    """Every spec's value raw and calibrated on each resample, and their difference, in resample
+    order: {id: {"raw": [...], "calibrated": [...], "difference": [...]}}. The estimators of one
+    resample and scale score the same gathered rows and share their bins (Shared)."""
+    drawn: dict[str, dict[str, list[float | None]]] = {
+        spec.id: {"raw": [], "calibrated": [], "difference": []} for spec in specs}
+    if not specs:
+        return drawn
+    scores = [(spec.id, scorer(spec)) for spec in specs]
+    for block in resample_blocks(len(labels), resamples, seed):
+        for rows in block:
+            y, p_rows = labels[rows], pred[rows]
+            raw: Shared = {}
+            calibrated: Shared = {}
+            p_raw, p_cal = probs["raw"][rows], probs["calibrated"][rows]
+            for spec_id, score in scores:
+                r = score(p_raw, y, p_rows, raw)
+                c = score(p_cal, y, p_rows, calibrated)
+                draws = drawn[spec_id]
+                draws["raw"].append(r)
+                draws["calibrated"].append(c)
+                draws["difference"].append(None if r is None or c is None else c - r)
+    return drawn
 
 
 def estimators_record(specs: tuple[EstimatorSpec, ...], pool: str, logits: F64, labels: I64, beta: float,
