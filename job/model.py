@@ -163,15 +163,19 @@ def _import_losses_without_scipy() -> None:
     the import left the forward check's process 35 MB larger (367 against 332 MB resident after
     importing DistilBERT's modeling on an Intel Xeon), at the run's peak. The flag is restored at
     once: only the loss modules' import-time choice sees it."""
-    if "transformers.loss.loss_utils" in sys.modules:
+    if sys.modules.get("transformers.loss.loss_utils") is not None:
         return
     import transformers.utils  # deferred: transformers loads only where a model is loaded
 
     hf_utils: Any = transformers.utils  # the flag is not in its declared exports
-    available = hf_utils.is_scipy_available
+    available = getattr(hf_utils, "is_scipy_available", None)
+    if available is None:
+        return  # another transformers: its modeling imports what it imports
     hf_utils.is_scipy_available = lambda: False
     try:
         import transformers.loss.loss_utils  # deferred: as above
+    except ImportError:
+        pass  # another transformers without these modules: nothing to keep from importing scipy
     finally:
         hf_utils.is_scipy_available = available
 

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+import job.model as job_model
 from job.batching import batch_plan, encode, padded_batch
 from job.distilbert import RECORDED_NAME, WORD_EMBEDDINGS, DistilBertClassifier, WordRows, _file_backing
 from job.errors import JobError
@@ -327,6 +328,20 @@ def test_loading_stays_off_transformers_modeling_stack(tiny_world):
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got == {"type": "DistilBertClassifier", "deterministic": True, "loaded": [],
                    "reference": "DistilBertForSequenceClassification", "scipy": False, "flag": True, "losses": True}
+
+
+def test_keeping_scipy_out_tolerates_a_transformers_without_its_loss_modules_or_flag(monkeypatch):
+    """Another transformers, without `transformers.loss.loss_utils` or without the scipy flag, loads
+    as it would without the guard: no error, and the flag (where there is one) as it was."""
+    import transformers.utils
+
+    flag = transformers.utils.is_scipy_available
+    monkeypatch.setitem(sys.modules, "transformers.loss.loss_utils", None)  # importing it raises ImportError
+    job_model._import_losses_without_scipy()
+    assert transformers.utils.is_scipy_available is flag
+    monkeypatch.delattr(transformers.utils, "is_scipy_available")
+    job_model._import_losses_without_scipy()
+    assert not hasattr(transformers.utils, "is_scipy_available")
 
 
 def test_sdpa_protocol_uses_transformers(tiny_world):
