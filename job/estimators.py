@@ -105,7 +105,7 @@ def error_of_bins(bins: BinMeans, norm: str, debias: bool) -> float | None:
     total = 0.0
     usable = False
     for size, vbar, ybar in zip(bins.sizes, bins.value_means, bins.outcome_means, strict=True):
-        if size == 0 or (debias and size < 2) or vbar is None or ybar is None:
+        if vbar is None or ybar is None or (debias and size < 2):  # empty, or too small to debias
             continue
         usable = True
         term = abs(vbar - ybar) ** power
@@ -354,22 +354,21 @@ def estimator_results(specs: tuple[EstimatorSpec, ...], logits: F64, labels: I64
                       resamples: int, seed: int) -> dict[str, Any]:
     """metrics.json `estimators.results`: every estimator raw (beta = 1) and calibrated, with its
     paired bootstrap interval where the spec asks for one (`resamples` draws from `seed`)."""
-    n = len(labels)
     pred = logits.argmax(axis=1)
     probs = {"raw": softmax(logits), "calibrated": softmax(beta * logits)}
-    correct = (pred == labels).astype(np.float64)
+    shared: dict[str, Shared] = {which: {} for which in probs}  # the whole pool's, per scale
     results: dict[str, Any] = {}
     for spec in specs:
         entry: dict[str, Any] = {"kind": spec.kind}
         for which, p in probs.items():
-            conf = p[np.arange(n), pred]
+            conf, correct = _top_label(p, labels, pred, shared[which])
             if spec.kind == "bin-intervals":
                 entry[which] = {"bins": bin_intervals(conf, correct, spec.level)}
             elif spec.kind == "smooth-ece":
                 value, sigma = smooth_ece(spec, conf, correct)
                 entry[which] = {"value": value, "bandwidth": sigma}
             else:
-                entry[which] = _scalar(scorer(spec)(p, labels, pred))
+                entry[which] = _scalar(scorer(spec)(p, labels, pred, shared[which]))
         results[spec.id] = entry
     drawn = _resample_scores(tuple(spec for spec in specs if spec.interval is not None), probs, labels, pred,
                              resamples, seed)
