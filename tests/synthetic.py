@@ -233,7 +233,7 @@ def write_payload(data: Path, *, sizes: tuple[int, int, int] | None = (8, 40, 40
     metrics["truncation"] = {name: {"rows": len(pools[name]), "truncated": 0, "longest_tokens": longest[name],
                                     "max_length": max_length} for name in (AUDIT, CAL)}
     if protocol["metrics"].get("estimators"):
-        metrics["estimators"] = estimators.expected_record(protocol, *arrays[AUDIT], beta)
+        metrics["estimators"] = _estimators_record(protocol, *arrays[AUDIT], beta)
     digests["metrics.json"] = _write_json(data, "metrics.json", metrics)
     if "bootstrap" in protocol:
         _write_json(data, "bootstrap.json", _bootstrap(protocol, psha, digests, arrays[AUDIT],
@@ -296,22 +296,8 @@ def _bootstrap(protocol: dict[str, Any], psha: str, digests: dict[str, str],
     spec = protocol["bootstrap"]
     z, y = audit
     n = len(y)
-    idx = np.random.Generator(np.random.PCG64(spec["seed"])).integers(
-        0, n, size=(spec["resamples"], n))
-    diffs: dict[str, list[float]] = {m: [] for m in spec["metrics"]}
-    for row in idx:
-        raw = numerics.metric_set(z[row], y[row], 1.0, threshold)
-        cal = numerics.metric_set(z[row], y[row], beta, threshold)
-        for m, values in diffs.items():
-            values.append(cal[m] - raw[m])
-    whole_raw = numerics.metric_set(z, y, 1.0, threshold)
-    whole_cal = numerics.metric_set(z, y, beta, threshold)
+    out, indices_sha256 = _paired_differences(spec, z, y, beta, threshold)
     q = spec["interval"]["quantiles"]
-    out = {}
-    for m, values in diffs.items():
-        lower, upper = (float(v) for v in np.quantile(np.array(values), q, method="linear"))
-        out[m] = {"point": whole_cal[m] - whole_raw[m], "lower": lower, "upper": upper,
-                  "verdict": "decrease" if upper < 0 else "increase" if lower > 0 else "no claim"}
     return {"protocol_sha256": psha, "pool": spec["pool"], "n": n,
             "predictions_sha256": digests[f"predictions/{AUDIT}.parquet"],
             "temperature_sha256": digests["temperature.json"],
@@ -319,11 +305,66 @@ def _bootstrap(protocol: dict[str, Any], psha: str, digests: dict[str, str],
             "resamples": spec["resamples"], "seed": spec["seed"],
             "rng": "numpy.random.Generator(numpy.random.PCG64(seed)).integers(0, n, "
                    "size=(resamples, n))",
-            "indices_sha256": sha256(idx.astype("<i8").tobytes()),
+            "indices_sha256": indices_sha256,
             "statistic": "calibrated minus raw",
             "interval": {"level": spec["interval"]["level"], "quantiles": q,
                          "method": spec["interval"]["method"]},
             "differences": out}
+
+
+_DIFFERENCES: dict[str, tuple[dict[str, Any], str]] = {}
+_ESTIMATORS: dict[str, bytes] = {}
+
+
+def _inputs_key(*parts: Any) -> str:
+    """One sha256 over JSON-able parts and arrays (their shape, dtype and bytes)."""
+    h = hashlib.sha256()
+    for part in parts:
+        if isinstance(part, np.ndarray):
+            h.update(repr((part.shape, str(part.dtype))).encode() + np.ascontiguousarray(part).tobytes())
+        else:
+            h.update(json.dumps(part, sort_keys=True).encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _estimators_record(protocol: dict[str, Any], z: np.ndarray, y: np.ndarray, beta: float) -> dict[str, Any]:
+    """verify.estimators.expected_record, kept per process by its inputs (a fresh copy each time):
+    its paired-bootstrap intervals take a few tenths of a second on every synthetic payload."""
+    key = _inputs_key(protocol, z, y, float(beta).hex())
+    if key not in _ESTIMATORS:
+        _ESTIMATORS[key] = json.dumps(estimators.expected_record(protocol, z, y, beta)).encode()
+    record: dict[str, Any] = json.loads(_ESTIMATORS[key])
+    return record
+
+
+def _paired_differences(spec: dict[str, Any], z: np.ndarray, y: np.ndarray, beta: float,
+                        threshold: float) -> tuple[dict[str, Any], str]:
+    """Each metric's point, interval and verdict of the paired bootstrap, and the sha256 of the
+    resample matrix. Kept per process by the inputs' bytes: many tests write the same synthetic
+    payload, and this plain loop takes about a second each time (a copy is returned)."""
+    key = _inputs_key(spec, z, y, float(beta).hex(), float(threshold).hex())
+    if key not in _DIFFERENCES:
+        n = len(y)
+        idx = np.random.Generator(np.random.PCG64(spec["seed"])).integers(
+            0, n, size=(spec["resamples"], n))
+        diffs: dict[str, list[float]] = {m: [] for m in spec["metrics"]}
+        for row in idx:
+            raw = numerics.metric_set(z[row], y[row], 1.0, threshold)
+            cal = numerics.metric_set(z[row], y[row], beta, threshold)
+            for m, values in diffs.items():
+                values.append(cal[m] - raw[m])
+        whole_raw = numerics.metric_set(z, y, 1.0, threshold)
+        whole_cal = numerics.metric_set(z, y, beta, threshold)
+        q = spec["interval"]["quantiles"]
+        out = {}
+        for m, values in diffs.items():
+            lower, upper = (float(v) for v in np.quantile(np.array(values), q, method="linear"))
+            out[m] = {"point": whole_cal[m] - whole_raw[m], "lower": lower, "upper": upper,
+                      "verdict": "decrease" if upper < 0 else "increase" if lower > 0 else "no claim"}
+        _DIFFERENCES[key] = (out, sha256(idx.astype("<i8").tobytes()))
+    out, indices_sha256 = _DIFFERENCES[key]
+    return {m: dict(v) for m, v in out.items()}, indices_sha256
 
 
 def _stability(protocol: dict[str, Any], psha: str, digests: dict[str, str],
