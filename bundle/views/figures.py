@@ -21,6 +21,7 @@ import matplotlib
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.layout_engine import PlaceHolderLayoutEngine
 from numpy.typing import NDArray
 
 from bundle import layout
@@ -57,7 +58,15 @@ COLORS = {"raw": "#4c72b0", "calibrated": "#dd8452", "gap": "#c44e52", "ideal": 
 
 
 def _png(fig: Figure) -> bytes:
+    """The figure's PNG bytes, drawn once (call it where the rcParams are RC's, inside _fresh_rc).
+
+    Figure.tight_layout() leaves a placeholder layout engine behind, and savefig then runs a whole
+    draw without rendering before the real one ("so that CL works"). The placeholder lays nothing
+    out, so it is dropped first: the same bytes (every committed golden figure) from one draw, about
+    15% less CPU per figure."""
     FigureCanvasAgg(fig)
+    if isinstance(fig.get_layout_engine(), PlaceHolderLayoutEngine):
+        fig.set_layout_engine(None)  # None under RC: no autolayout, no constrained layout
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, metadata=PNG_METADATA)
     return buf.getvalue()
