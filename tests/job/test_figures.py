@@ -70,6 +70,31 @@ def test_k_classes_and_empty_bins_render():
     assert confidence_png(z, 0.5)[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_each_figure_is_drawn_once_whatever_the_users_layout_settings(monkeypatch) -> None:
+    """savefig after tight_layout used to lay the whole figure out a second time; the PNG is drawn
+    once, and a user's autolayout or constrained layout changes neither that nor the bytes."""
+    from matplotlib.figure import Figure
+
+    rng = np.random.default_rng(1)
+    z = rng.normal(size=(30, 3)) * 5
+    y = rng.integers(0, 3, 30)
+    m = {"raw": compute_metrics(z, y, 1.0, 0.9), "calibrated": compute_metrics(z, y, 0.5, 0.9)}
+    draws: list[Figure] = []
+    original = Figure.draw
+
+    def counting(self: Figure, renderer: object) -> None:
+        draws.append(self)
+        original(self, renderer)
+
+    monkeypatch.setattr(Figure, "draw", counting)
+    reference = (reliability_png(m, 2.0), confidence_png(z, 0.5))
+    assert len(draws) == 2
+    for rc in ({"figure.autolayout": True}, {"figure.constrained_layout.use": True}):
+        with matplotlib.rc_context(rc):
+            assert (reliability_png(m, 2.0), confidence_png(z, 0.5)) == reference
+    assert len(draws) == 6
+
+
 def test_estimators_add_whiskers_and_the_smoothed_curve_and_nothing_else_changes(tmp_path: Path) -> None:
     """A record with estimators gets Clopper-Pearson whiskers and the smoothed curve with its band
     (drawn only with the labels); the same record without them is drawn as before they existed."""
