@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from bundle.canonical import dumps
 from bundle.keys import fingerprint
 from bundle.layout import DEFAULT_LOGIT_TOLERANCE
+from bundle.memo import memoized
 from job.perclass import class_warnings, per_class
 from job.plausibility import run_warnings
 from job.tolerance_bounds import reproduction_bounds
@@ -296,7 +297,7 @@ def _bootstrap(protocol: dict[str, Any], psha: str, digests: dict[str, str],
     spec = protocol["bootstrap"]
     z, y = audit
     n = len(y)
-    out, indices_sha256 = _paired_differences(spec, z, y, beta, threshold)
+    out, indices_sha256 = _kept_paired_differences(spec, z, y, beta, threshold)
     q = spec["interval"]["quantiles"]
     return {"protocol_sha256": psha, "pool": spec["pool"], "n": n,
             "predictions_sha256": digests[f"predictions/{AUDIT}.parquet"],
@@ -312,59 +313,38 @@ def _bootstrap(protocol: dict[str, Any], psha: str, digests: dict[str, str],
             "differences": out}
 
 
-_DIFFERENCES: dict[str, tuple[dict[str, Any], str]] = {}
-_ESTIMATORS: dict[str, bytes] = {}
-
-
-def _inputs_key(*parts: Any) -> str:
-    """One sha256 over JSON-able parts and arrays (their shape, dtype and bytes)."""
-    h = hashlib.sha256()
-    for part in parts:
-        if isinstance(part, np.ndarray):
-            h.update(repr((part.shape, str(part.dtype))).encode() + np.ascontiguousarray(part).tobytes())
-        else:
-            h.update(json.dumps(part, sort_keys=True).encode())
-        h.update(b"\0")
-    return h.hexdigest()
-
-
-def _estimators_record(protocol: dict[str, Any], z: np.ndarray, y: np.ndarray, beta: float) -> dict[str, Any]:
-    """verify.estimators.expected_record, kept per process by its inputs (a fresh copy each time):
-    its paired-bootstrap intervals take a few tenths of a second on every synthetic payload."""
-    key = _inputs_key(protocol, z, y, float(beta).hex())
-    if key not in _ESTIMATORS:
-        _ESTIMATORS[key] = json.dumps(estimators.expected_record(protocol, z, y, beta)).encode()
-    record: dict[str, Any] = json.loads(_ESTIMATORS[key])
-    return record
+_estimators_record = memoized(estimators.expected_record)
+"""verify.estimators.expected_record, once per process for the same inputs (bundle/memo.py): its
+paired-bootstrap intervals take a few tenths of a second on every synthetic payload."""
 
 
 def _paired_differences(spec: dict[str, Any], z: np.ndarray, y: np.ndarray, beta: float,
                         threshold: float) -> tuple[dict[str, Any], str]:
     """Each metric's point, interval and verdict of the paired bootstrap, and the sha256 of the
-    resample matrix. Kept per process by the inputs' bytes: many tests write the same synthetic
-    payload, and this plain loop takes about a second each time (a copy is returned)."""
-    key = _inputs_key(spec, z, y, float(beta).hex(), float(threshold).hex())
-    if key not in _DIFFERENCES:
-        n = len(y)
-        idx = np.random.Generator(np.random.PCG64(spec["seed"])).integers(
-            0, n, size=(spec["resamples"], n))
-        diffs: dict[str, list[float]] = {m: [] for m in spec["metrics"]}
-        for row in idx:
-            raw = numerics.metric_set(z[row], y[row], 1.0, threshold)
-            cal = numerics.metric_set(z[row], y[row], beta, threshold)
-            for m, values in diffs.items():
-                values.append(cal[m] - raw[m])
-        whole_raw = numerics.metric_set(z, y, 1.0, threshold)
-        whole_cal = numerics.metric_set(z, y, beta, threshold)
-        q = spec["interval"]["quantiles"]
-        out = {}
+    resample matrix."""
+    n = len(y)
+    idx = np.random.Generator(np.random.PCG64(spec["seed"])).integers(
+        0, n, size=(spec["resamples"], n))
+    diffs: dict[str, list[float]] = {m: [] for m in spec["metrics"]}
+    for row in idx:
+        raw = numerics.metric_set(z[row], y[row], 1.0, threshold)
+        cal = numerics.metric_set(z[row], y[row], beta, threshold)
         for m, values in diffs.items():
-            lower, upper = (float(v) for v in np.quantile(np.array(values), q, method="linear"))
-            out[m] = {"point": whole_cal[m] - whole_raw[m], "lower": lower, "upper": upper,
-                      "verdict": "decrease" if upper < 0 else "increase" if lower > 0 else "no claim"}
-        _DIFFERENCES[key] = (out, sha256(idx.astype("<i8").tobytes()))
-    out, indices_sha256 = _DIFFERENCES[key]
-    return {m: dict(v) for m, v in out.items()}, indices_sha256
+            values.append(cal[m] - raw[m])
+    whole_raw = numerics.metric_set(z, y, 1.0, threshold)
+    whole_cal = numerics.metric_set(z, y, beta, threshold)
+    q = spec["interval"]["quantiles"]
+    out = {}
+    for m, values in diffs.items():
+        lower, upper = (float(v) for v in np.quantile(np.array(values), q, method="linear"))
+        out[m] = {"point": whole_cal[m] - whole_raw[m], "lower": lower, "upper": upper,
+                  "verdict": "decrease" if upper < 0 else "increase" if lower > 0 else "no claim"}
+    return out, sha256(idx.astype("<i8").tobytes())
+
+
+_kept_paired_differences = memoized(_paired_differences)
+"""_paired_differences once per process for the same inputs (bundle/memo.py): many tests write the
+same synthetic payload, and its plain loop over 2,000 resamples takes about a second."""
 
 
 def _stability(protocol: dict[str, Any], psha: str, digests: dict[str, str],
