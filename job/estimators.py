@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -138,32 +139,44 @@ def _top_label(probs: F64, labels: I64, pred: I64, shared: Shared | None) -> tup
     return top
 
 
+def _combined(spec: EstimatorSpec, classes: int, bins_of: Callable[[int], BinMeans]) -> float | None:
+    """The binned estimator from the bins of each column it scores: `bins_of(-1)` for the top-label
+    column, `bins_of(k)` for class k's."""
+    if spec.confidence == "top-label":
+        return error_of_bins(bins_of(-1), spec.norm, spec.debias)
+    power = 1 if spec.norm == "l1" else 2
+    per_class = []
+    for k in range(classes):
+        err = error_of_bins(bins_of(k), spec.norm, spec.debias)
+        if err is None:
+            return None
+        per_class.append(err ** power)
+    return float(float(np.mean(per_class)) ** (1.0 / power))
+
+
+def _bins_key(spec: EstimatorSpec, column: int) -> tuple[Any, ...]:
+    return ("bins", column, spec.binning, spec.bins)
+
+
 def binned(spec: EstimatorSpec, probs: F64, labels: I64, pred: I64, shared: Shared | None = None) -> float | None:
     """One binned estimator of probabilities `probs` (n, K); `shared`: what estimators on the
     same rows share (Shared), or None."""
     shared = {} if shared is None else shared
 
-    def bins_of(column: int, values: F64, outcomes: F64) -> BinMeans:
-        key = ("bins", column, spec.binning, spec.bins)
+    def bins_of(column: int) -> BinMeans:
+        key = _bins_key(spec, column)
         if key not in shared:
+            if column < 0:
+                values, outcomes = _top_label(probs, labels, pred, shared)
+            else:
+                values, outcomes = probs[:, column], (labels == column).astype(np.float64)
             mass = spec.binning == "equal-mass"
             edges = equal_mass_edges(values, spec.bins) if mass else equal_width_edges(spec.bins)
             shared[key] = bin_means(values, outcomes, edges)
         found: BinMeans = shared[key]
         return found
 
-    if spec.confidence == "top-label":
-        conf, correct = _top_label(probs, labels, pred, shared)
-        return error_of_bins(bins_of(-1, conf, correct), spec.norm, spec.debias)
-    power = 1 if spec.norm == "l1" else 2
-    per_class = []
-    for k in range(probs.shape[1]):
-        column = probs[:, k]
-        err = error_of_bins(bins_of(k, column, (labels == k).astype(np.float64)), spec.norm, spec.debias)
-        if err is None:
-            return None
-        per_class.append(err ** power)
-    return float(float(np.mean(per_class)) ** (1.0 / power))
+    return _combined(spec, probs.shape[1], bins_of)
 
 
 # ---- KS calibration error ---------------------------------------------------------------------
@@ -390,26 +403,140 @@ def estimator_results(specs: tuple[EstimatorSpec, ...], logits: F64, labels: I64
     return results
 
 
+# ---- many resamples at once ---------------------------------------------------------------------
+# A block of resamples is scored with whole-block array operations that give the bits of scoring
+# each resample's gathered rows alone (bin_means, ks_error), which tests/job/test_estimator_blocks.py
+# checks against them: sorting and elementwise arithmetic do not depend on the other rows, and
+# numpy's pairwise sum depends only on the values summed and their count, so the bins of one size,
+# from every resample, are summed as the rows of one C-contiguous matrix (a sum along its last axis
+# is the same pairwise sum per row as `add.reduce` of that row alone). `add.reduceat` is not used:
+# it sums each segment's first value and then the rest, whose bits differ.
+
+def _segment_sums(flat: F64, starts: I64, sizes: I64) -> F64:
+    """numpy.add.reduce(flat[s: s + m]) of each segment (start s, size m >= 1), bit for bit."""
+    out = np.empty(len(starts))
+    for m in np.unique(sizes).tolist():
+        pick = np.flatnonzero(sizes == m)
+        out[pick] = flat[starts[pick, None] + np.arange(m)].sum(axis=1)
+    return out
+
+
+def _stable_order(keys: I64, n: int) -> I64:
+    """np.argsort(keys, axis=1, kind="stable") for non-negative integer keys (resamples, n): a
+    plain sort of key * n + position, whose values are all distinct."""
+    tagged = keys.astype(np.int64) * n + np.arange(n)
+    tagged.sort(axis=1)
+    tagged %= n
+    return tagged
+
+
+def block_bin_means(values: F64, outcomes: F64, binning: str, bins: int) -> list[BinMeans]:
+    """bin_means of each row of `values` (resamples, n) against the same row of `outcomes`, on that
+    row's own equal-mass edges (equal_mass_edges) or the common equal-width ones, the same bits as
+    row by row. A value's bin is the number of the row's edges below it (searchsorted), any value
+    above the last edge going to the last bin; the bin above a repeated edge, which np.unique would
+    have merged, never holds a row and is left out."""
+    r, n = values.shape
+    if binning == "equal-mass":
+        ordered = np.sort(values, axis=1)
+        runs = min(bins, n)
+        size, longer = divmod(n, runs)
+        ends = np.arange(1, runs) * size + np.minimum(np.arange(1, runs), longer)
+        edges = np.concatenate([(ordered[:, ends - 1] + ordered[:, ends]) / 2.0, np.ones((r, 1))], axis=1)
+    else:
+        edges = np.broadcast_to(equal_width_edges(bins), (r, bins))
+    width = edges.shape[1]
+    distinct = np.ones((r, width), dtype=bool)  # the edges are sorted: a repeat follows its first
+    distinct[:, 1:] = edges[:, 1:] != edges[:, :-1]
+    which = np.zeros((r, n), dtype=np.int8 if width < 127 else np.int64)
+    for e in range(width):
+        which += values > edges[:, e: e + 1]
+    last = width - 1 - np.argmax(distinct[:, ::-1], axis=1)  # the first of the last edge's repeats
+    np.minimum(which, last[:, None].astype(which.dtype), out=which)
+    base = np.arange(r)[:, None]
+    counts = np.bincount((which + base * width).ravel(), minlength=r * width).reshape(r, width)
+    order = _stable_order(which, n)
+    starts = (np.cumsum(counts, axis=1) - counts + base * n).ravel()
+    sizes = counts.ravel()
+    full = np.flatnonzero(sizes)
+    value_sums, outcome_sums = np.zeros(r * width), np.zeros(r * width)
+    value_sums[full] = _segment_sums(np.take_along_axis(values, order, axis=1).ravel(), starts[full], sizes[full])
+    outcome_sums[full] = _segment_sums(np.take_along_axis(outcomes, order, axis=1).ravel(), starts[full], sizes[full])
+    divisor = np.maximum(sizes, 1)
+    value_means = (value_sums / divisor).reshape(r, width).tolist()
+    outcome_means = (outcome_sums / divisor).reshape(r, width).tolist()
+    out = []
+    for keep, row_sizes, v, o in zip(distinct.tolist(), counts.tolist(), value_means, outcome_means, strict=True):
+        kept = [b for b in range(width) if keep[b]]
+        out.append(BinMeans(n, tuple(row_sizes[b] for b in kept), tuple(v[b] if row_sizes[b] else None for b in kept),
+                            tuple(o[b] if row_sizes[b] else None for b in kept)))
+    return out
+
+
+def block_ks(conf: F64, correct: F64, rank: I64) -> list[float]:
+    """ks_error of each row of `conf` (resamples, n) against the same row of `correct`, the same
+    bits as row by row (a stable sort, then a running sum along each row); `rank` gives each value's
+    place among the distinct values (equal values, equal ranks), so that sorting the ranks stably is
+    sorting the values stably."""
+    order = _stable_order(rank, conf.shape[1])
+    sorted_conf = np.take_along_axis(conf, order, axis=1)
+    cumulative = np.cumsum(np.take_along_axis(correct, order, axis=1) - sorted_conf, axis=1) / conf.shape[1]
+    last_of_tie = np.ones(conf.shape, dtype=bool)
+    last_of_tie[:, :-1] = sorted_conf[:, 1:] != sorted_conf[:, :-1]
+    found: list[float] = np.where(last_of_tie, np.abs(cumulative), 0.0).max(axis=1).tolist()
+    return found
+
+
+def _resample_of(per_column: dict[int, list[BinMeans]], b: int) -> Callable[[int], BinMeans]:
+    """Resample b's bins of each column, as `_combined` asks for them."""
+    return lambda column: per_column[column][b]
+
+
+def _block_values(specs: tuple[EstimatorSpec, ...], probs: F64, labels: I64, pred: I64,
+                  block: I64) -> dict[str, list[float | None]]:
+    """Each spec's value on every resample (row of `block`) of one scale's probabilities."""
+    n = len(labels)
+    top = probs[np.arange(n), pred]
+    conf = top[block]
+    correct = (pred == labels).astype(np.float64)[block]
+    bins: dict[tuple[Any, ...], list[BinMeans]] = {}  # shared by the specs that bin alike
+
+    def bins_of(spec: EstimatorSpec, column: int) -> list[BinMeans]:
+        key = _bins_key(spec, column)
+        if key not in bins:
+            values, outcomes = ((conf, correct) if column < 0 else
+                                (probs[:, column][block], (labels == column).astype(np.float64)[block]))
+            bins[key] = block_bin_means(values, outcomes, spec.binning, spec.bins)
+        return bins[key]
+
+    found: dict[str, list[float | None]] = {}
+    for spec in specs:
+        if spec.kind == "binned":
+            columns = [-1] if spec.confidence == "top-label" else list(range(probs.shape[1]))
+            per_column = {column: bins_of(spec, column) for column in columns}
+            found[spec.id] = [_combined(spec, probs.shape[1], _resample_of(per_column, b)) for b in range(len(block))]
+        elif spec.kind == "ks":
+            found[spec.id] = list(block_ks(conf, correct, np.unique(top, return_inverse=True)[1][block]))
+        else:
+            found[spec.id] = [smooth_ece(spec, conf[b], correct[b])[0] for b in range(len(block))]
+    return found
+
+
 def _resample_scores(specs: tuple[EstimatorSpec, ...], probs: dict[str, F64], labels: I64, pred: I64,
                      resamples: int, seed: int) -> dict[str, dict[str, list[float | None]]]:
     """Every spec's value raw and calibrated on each resample, and their difference, in resample
-    order: {id: {"raw": [...], "calibrated": [...], "difference": [...]}}. The estimators of one
-    resample and scale score the same gathered rows and share their bins (Shared)."""
+    order: {id: {"raw": [...], "calibrated": [...], "difference": [...]}}; the same values as each
+    scorer on the resample's gathered rows, computed a block of resamples at a time."""
     drawn: dict[str, dict[str, list[float | None]]] = {
         spec.id: {"raw": [], "calibrated": [], "difference": []} for spec in specs}
     if not specs:
         return drawn
-    scores = [(spec.id, scorer(spec)) for spec in specs]
     for block in resample_blocks(len(labels), resamples, seed):
-        for rows in block:
-            y, p_rows = labels[rows], pred[rows]
-            raw: Shared = {}
-            calibrated: Shared = {}
-            p_raw, p_cal = probs["raw"][rows], probs["calibrated"][rows]
-            for spec_id, score in scores:
-                r = score(p_raw, y, p_rows, raw)
-                c = score(p_cal, y, p_rows, calibrated)
-                draws = drawn[spec_id]
+        raw = _block_values(specs, probs["raw"], labels, pred, block)
+        calibrated = _block_values(specs, probs["calibrated"], labels, pred, block)
+        for spec in specs:
+            draws = drawn[spec.id]
+            for r, c in zip(raw[spec.id], calibrated[spec.id], strict=True):
                 draws["raw"].append(r)
                 draws["calibrated"].append(c)
                 draws["difference"].append(None if r is None or c is None else c - r)
