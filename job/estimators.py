@@ -421,7 +421,7 @@ def _segment_sums(flat: F64, starts: I64, sizes: I64) -> F64:
     return out
 
 
-def _stable_order(keys: I64, n: int) -> I64:
+def _stable_order(keys: NDArray[np.integer[Any]], n: int) -> I64:
     """np.argsort(keys, axis=1, kind="stable") for non-negative integer keys (resamples, n): a
     plain sort of key * n + position, whose values are all distinct."""
     tagged = keys.astype(np.int64) * n + np.arange(n)
@@ -433,9 +433,10 @@ def _stable_order(keys: I64, n: int) -> I64:
 def block_bin_means(values: F64, outcomes: F64, binning: str, bins: int) -> list[BinMeans]:
     """bin_means of each row of `values` (resamples, n) against the same row of `outcomes`, on that
     row's own equal-mass edges (equal_mass_edges) or the common equal-width ones, the same bits as
-    row by row. A value's bin is the number of the row's edges below it (searchsorted), any value
-    above the last edge going to the last bin; the bin above a repeated edge, which np.unique would
-    have merged, never holds a row and is left out."""
+    row by row. A value's bin is the number of the row's edges below it (searchsorted); a value above
+    the last edge joins the last bin after that bin's own rows, where bin_means's stable sort puts
+    it; the bin above a repeated edge, which np.unique would have merged, never holds a row and is
+    left out."""
     r, n = values.shape
     if binning == "equal-mass":
         ordered = np.sort(values, axis=1)
@@ -443,19 +444,25 @@ def block_bin_means(values: F64, outcomes: F64, binning: str, bins: int) -> list
         size, longer = divmod(n, runs)
         ends = np.arange(1, runs) * size + np.minimum(np.arange(1, runs), longer)
         edges = np.concatenate([(ordered[:, ends - 1] + ordered[:, ends]) / 2.0, np.ones((r, 1))], axis=1)
+        edges.sort(axis=1)  # as np.unique sorts them: values above 1.0 put midpoints above the final 1.0
     else:
         edges = np.broadcast_to(equal_width_edges(bins), (r, bins))
     width = edges.shape[1]
     distinct = np.ones((r, width), dtype=bool)  # the edges are sorted: a repeat follows its first
     distinct[:, 1:] = edges[:, 1:] != edges[:, :-1]
-    which = np.zeros((r, n), dtype=np.int8 if width < 127 else np.int64)
-    for e in range(width):
-        which += values > edges[:, e: e + 1]
+    if width <= 32:  # a comparison per edge over the block is cheaper than a search per row
+        below = np.zeros((r, n), dtype=np.int8)
+        for e in range(width):
+            below += values > edges[:, e: e + 1]
+    else:
+        below = np.empty((r, n), dtype=np.int64)
+        for row in range(r):
+            below[row] = np.searchsorted(edges[row], values[row], side="left")
+    order = _stable_order(below, n)  # above the last edge sorts after the last bin's rows
     last = width - 1 - np.argmax(distinct[:, ::-1], axis=1)  # the first of the last edge's repeats
-    np.minimum(which, last[:, None].astype(which.dtype), out=which)
+    which = np.minimum(below, last[:, None].astype(below.dtype))
     base = np.arange(r)[:, None]
     counts = np.bincount((which + base * width).ravel(), minlength=r * width).reshape(r, width)
-    order = _stable_order(which, n)
     starts = (np.cumsum(counts, axis=1) - counts + base * n).ravel()
     sizes = counts.ravel()
     full = np.flatnonzero(sizes)

@@ -1,5 +1,6 @@
-"""Closing the local engine lets go of the model: dropped at once when nothing else holds it, and
-collected when a reference cycle does; the process-wide garbage collection runs only then."""
+"""Closing the local engine lets go of the model and its forward (which holds the weights): dropped at
+once when nothing else holds them, and collected when a reference cycle does; the process-wide
+garbage collection runs only then."""
 
 from __future__ import annotations
 
@@ -12,9 +13,15 @@ import pytest
 from job.engines import LocalEngine
 
 
-class _Model:
+class _Forward:
     def __init__(self, cyclic: bool) -> None:
         self.me: Any = self if cyclic else None
+
+
+class _Model:
+    def __init__(self, cyclic: bool, forward_cyclic: bool = False) -> None:
+        self.me: Any = self if cyclic else None
+        self.forward = _Forward(forward_cyclic)
 
 
 def _engine_holding(model: _Model) -> LocalEngine:
@@ -23,8 +30,10 @@ def _engine_holding(model: _Model) -> LocalEngine:
     return engine
 
 
-@pytest.mark.parametrize("cyclic", [False, True])
-def test_close_frees_the_model_and_collects_only_for_a_cycle(cyclic: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("cyclic", "forward_cyclic"), [(False, False), (True, False), (False, True)],
+                         ids=["no-cycle", "model-in-a-cycle", "forward-in-a-cycle"])
+def test_close_frees_the_model_and_collects_only_for_a_cycle(cyclic: bool, forward_cyclic: bool,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     collections: list[int] = []
     collect = gc.collect
 
@@ -33,14 +42,14 @@ def test_close_frees_the_model_and_collects_only_for_a_cycle(cyclic: bool, monke
         return collect(generation)
 
     monkeypatch.setattr(gc, "collect", counted)
-    model = _Model(cyclic)
+    model = _Model(cyclic, forward_cyclic)
     engine = _engine_holding(model)
-    gone = weakref.ref(model)
+    gone, forward_gone = weakref.ref(model), weakref.ref(model.forward)
     del model
     engine.close()
-    assert gone() is None
+    assert gone() is None and forward_gone() is None
     assert "model" not in engine.__dict__
-    assert collections == ([2] if cyclic else [])
+    assert collections == ([2] if cyclic or forward_cyclic else [])
 
 
 def test_closing_twice_is_harmless() -> None:

@@ -76,19 +76,21 @@ def test_smooth_ece_is_scored_on_each_resamples_rows_of_the_block() -> None:
     assert _compare("k3", ("smooth-ece",), 3, (0.55,)) > 0
 
 
+@pytest.mark.parametrize("bins", [15, 200])  # a comparison per edge, and a search per row
 @pytest.mark.parametrize("binning", ["equal-mass", "equal-width"])
-def test_block_bin_means_are_bin_means_row_by_row(binning: str) -> None:
+def test_block_bin_means_are_bin_means_row_by_row(binning: str, bins: int) -> None:
     rng = np.random.default_rng(4)
     for n in (1, 3, 14, 15, 16, 200, 1100):
         values = rng.random((6, n))
         values[0] = np.round(values[0], 1)  # ties, and repeated equal-mass edges
         values[1, : n // 2] = 1.0
-        values[2, -1] = 1.0 + 2.0 ** -52  # above every edge: the last bin takes it, as searchsorted's does
+        values[2, : max(1, n // 10)] = 1.0 + 2.0 ** -52  # above every edge: the last bin takes them,
+        values[3, n // 2] = 1.0 + 2.0 ** -51  # after its own rows, as bin_means's stable sort puts them
         outcomes = (rng.random((6, n)) < values).astype(np.float64)
-        block = est.block_bin_means(values, outcomes, binning, 15)
+        block = est.block_bin_means(values, outcomes, binning, bins)
         for row in range(6):
-            edges = (est.equal_mass_edges(values[row], 15) if binning == "equal-mass"
-                     else est.equal_width_edges(15))
+            edges = (est.equal_mass_edges(values[row], bins) if binning == "equal-mass"
+                     else est.equal_width_edges(bins))
             assert block[row] == est.bin_means(values[row], outcomes[row], edges), (n, row)
 
 
