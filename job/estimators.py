@@ -502,10 +502,8 @@ def _resample_of(per_column: dict[int, list[BinMeans]], b: int) -> Callable[[int
 def _block_values(specs: tuple[EstimatorSpec, ...], probs: F64, labels: I64, pred: I64,
                   block: I64) -> dict[str, list[float | None]]:
     """Each spec's value on every resample (row of `block`) of one scale's probabilities."""
-    n = len(labels)
-    top = probs[np.arange(n), pred]
-    conf = top[block]
-    correct = (pred == labels).astype(np.float64)[block]
+    top, hits = _top_label(probs, labels, pred, None)
+    conf, correct = top[block], hits[block]
     bins: dict[tuple[Any, ...], list[BinMeans]] = {}  # shared by the specs that bin alike
 
     def bins_of(spec: EstimatorSpec, column: int) -> list[BinMeans]:
