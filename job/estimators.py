@@ -499,11 +499,28 @@ def _resample_of(per_column: dict[int, list[BinMeans]], b: int) -> Callable[[int
     return lambda column: per_column[column][b]
 
 
-def _block_values(specs: tuple[EstimatorSpec, ...], probs: F64, labels: I64, pred: I64,
+@dataclass(frozen=True)
+class _PoolColumns:
+    """What every block of one scale reads from the whole pool, computed once: the probabilities,
+    each row's top-label confidence and correctness, and the confidence's rank among the distinct
+    confidences (block_ks)."""
+
+    probs: F64
+    top: F64
+    hits: F64
+    rank: I64
+
+
+def _pool_columns(probs: F64, labels: I64, pred: I64) -> _PoolColumns:
+    top, hits = _top_label(probs, labels, pred, None)
+    return _PoolColumns(probs, top, hits, np.unique(top, return_inverse=True)[1])
+
+
+def _block_values(specs: tuple[EstimatorSpec, ...], pool: _PoolColumns, labels: I64,
                   block: I64) -> dict[str, list[float | None]]:
     """Each spec's value on every resample (row of `block`) of one scale's probabilities."""
-    top, hits = _top_label(probs, labels, pred, None)
-    conf, correct = top[block], hits[block]
+    probs = pool.probs
+    conf, correct = pool.top[block], pool.hits[block]
     bins: dict[tuple[Any, ...], list[BinMeans]] = {}  # shared by the specs that bin alike
 
     def bins_of(spec: EstimatorSpec, column: int) -> list[BinMeans]:
@@ -521,7 +538,7 @@ def _block_values(specs: tuple[EstimatorSpec, ...], probs: F64, labels: I64, pre
             per_column = {column: bins_of(spec, column) for column in columns}
             found[spec.id] = [_combined(spec, probs.shape[1], _resample_of(per_column, b)) for b in range(len(block))]
         elif spec.kind == "ks":
-            found[spec.id] = list(block_ks(conf, correct, np.unique(top, return_inverse=True)[1][block]))
+            found[spec.id] = list(block_ks(conf, correct, pool.rank[block]))
         else:
             found[spec.id] = [smooth_ece(spec, conf[b], correct[b])[0] for b in range(len(block))]
     return found
@@ -536,9 +553,10 @@ def _resample_scores(specs: tuple[EstimatorSpec, ...], probs: dict[str, F64], la
         spec.id: {"raw": [], "calibrated": [], "difference": []} for spec in specs}
     if not specs:
         return drawn
+    pools = {which: _pool_columns(probs[which], labels, pred) for which in ("raw", "calibrated")}
     for block in resample_blocks(len(labels), resamples, seed):
-        raw = _block_values(specs, probs["raw"], labels, pred, block)
-        calibrated = _block_values(specs, probs["calibrated"], labels, pred, block)
+        raw = _block_values(specs, pools["raw"], labels, block)
+        calibrated = _block_values(specs, pools["calibrated"], labels, block)
         for spec in specs:
             draws = drawn[spec.id]
             for r, c in zip(raw[spec.id], calibrated[spec.id], strict=True):
