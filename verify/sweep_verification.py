@@ -25,7 +25,6 @@ from bundle import layout, limits
 from bundle.canonical import loads_strict
 from bundle.errors import CanonicalJSONError, SignatureThresholdError
 from bundle.userfile import read_user_file
-from bundle.views.sweep_comparison import render_sweep_views, sweep_markdown_v1
 from verify import schemacheck, signature
 from verify.api import verify_path
 from verify.context import Attestation, Trust
@@ -342,6 +341,9 @@ def _check_views(root: Path, st: _State) -> str:
     plan = _need_plan(st)
     if st.index is None:
         raise Failed("no signed index to render the views from.")
+    # deferred: matplotlib, about half a second of every `python -m verify`, only to draw
+    from bundle.views.sweep_comparison import render_sweep_views, sweep_markdown_v1
+
     differ, earlier = [], False
     for rel, data in render_sweep_views(plan, st.index).items():
         path = root / rel

@@ -307,20 +307,51 @@ def confidence_png(logits: NDArray[np.float64], beta: float) -> bytes:
         return _png(fig)
 
 
+def figure_records(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a parsed metrics.json the figures are drawn from, in the record's own shape: the
+    audit pool's metric sets, the temperature and beta, whether the record has `truncation` (where
+    the legend sits), and of its estimators the seed, the resamples and the bin-interval and
+    smooth-ECE results, in their order. draw_figures draws the same bytes from this part as from
+    the whole record."""
+    part: dict[str, Any] = {"pools": {"audit": metrics["pools"]["audit"]}, "temperature": metrics["temperature"],
+                            "beta": metrics["beta"]}
+    if "truncation" in metrics:
+        part["truncation"] = True  # only whether it is there is drawn
+    record = metrics.get("estimators")
+    if record is not None:
+        part["estimators"] = {"seed": record["seed"], "resamples": record["resamples"], "results": {
+            entry_id: entry for entry_id, entry in record["results"].items()
+            if entry["kind"] in ("bin-intervals", "smooth-ece")}}
+    return part
+
+
+def _reliability_of(metrics: Mapping[str, Any], audit_logits: NDArray[np.float64],
+                    audit_labels: NDArray[np.int64] | None) -> bytes:
+    # metrics.json records with `truncation` were written since the legend moved above the plots.
+    return reliability_png(metrics["pools"]["audit"], float(metrics["temperature"]),
+                           legend_above="truncation" in metrics,
+                           extras=estimates_of(metrics, audit_logits, audit_labels))
+
+
 def draw_figures(metrics: Mapping[str, Any], audit_logits: NDArray[np.float64],
                  audit_labels: NDArray[np.int64] | None = None) -> dict[str, bytes]:
     """{path relative to data/: PNG bytes} for every figure, from the parsed metrics.json and the
     audit pool's logits (the float32 values of its predictions file, as float64, in pool order)
     and labels (needed for the smoothed curve of a record with estimators), drawn now."""
-    # metrics.json records with `truncation` were written since the legend moved above the plots.
-    return {
-        RELIABILITY: reliability_png(metrics["pools"]["audit"], float(metrics["temperature"]),
-                                     legend_above="truncation" in metrics,
-                                     extras=estimates_of(metrics, audit_logits, audit_labels)),
-        CONFIDENCE: confidence_png(audit_logits, float(metrics["beta"])),
-    }
+    return {RELIABILITY: _reliability_of(metrics, audit_logits, audit_labels),
+            CONFIDENCE: confidence_png(audit_logits, float(metrics["beta"]))}
 
 
-render_figures = memoized(draw_figures)
-"""draw_figures, drawn once per process for the same records (bundle/memo.py): what the job writes
-and the verifier requires, byte for byte."""
+_remembered_reliability = memoized(_reliability_of)
+_remembered_confidence = memoized(confidence_png)
+
+
+def render_figures(metrics: Mapping[str, Any], audit_logits: NDArray[np.float64],
+                   audit_labels: NDArray[np.int64] | None = None) -> dict[str, bytes]:
+    """draw_figures, each figure drawn once per process for the same inputs (bundle/memo.py): what
+    the job writes and the verifier requires, byte for byte. The reliability diagram is remembered
+    by figure_records(metrics), so records that differ only where no figure looks (a warning, a
+    label map, an estimator the figures do not show) share one drawing; the confidence histogram by
+    the logits and beta alone."""
+    return {RELIABILITY: _remembered_reliability(figure_records(metrics), audit_logits, audit_labels),
+            CONFIDENCE: _remembered_confidence(audit_logits, float(metrics["beta"]))}

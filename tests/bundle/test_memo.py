@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from bundle import memo
 
@@ -50,7 +52,38 @@ def test_a_memoized_function_runs_once_per_input_and_hands_back_copies() -> None
     assert calls[-1] == 2.0 and len(calls) == 3 + memo.SIZE  # the least recently used was dropped
 
 
-def test_the_figures_are_remembered_drawings_of_draw_figures() -> None:
-    from bundle.views.figures import draw_figures, render_figures
+def test_the_figures_are_remembered_drawings_of_draw_figures(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """render_figures hands back draw_figures' bytes; a record changed only where no figure looks
+    is not drawn again, one changed where a figure looks is."""
+    import json
 
-    assert render_figures.__wrapped__ is draw_figures  # type: ignore[attr-defined]
+    from bundle.views import figures
+    from tests.payload import predictions_of
+    from tests.synthetic import write_payload
+
+    write_payload(tmp_path / "data", sizes=(8, 40, 60))
+    metrics = json.loads((tmp_path / "data" / "metrics.json").read_text())
+    audit = predictions_of(tmp_path / "data", "audit")
+    z = audit.logits.astype(np.float64)
+    assert set(metrics["estimators"]["results"]) - set(figures.figure_records(metrics)["estimators"]["results"])
+    drawn = figures.draw_figures(metrics, z, audit.labels)
+    assert figures.render_figures(metrics, z, audit.labels) == drawn
+    assert figures.draw_figures(figures.figure_records(metrics), z, audit.labels) == drawn
+
+    calls: list[int] = []
+    real = figures.reliability_png
+    monkeypatch.setattr(figures, "reliability_png", lambda *a, **k: calls.append(1) or real(*a, **k))
+    unseen = json.loads(json.dumps(metrics))
+    unseen["warnings"] = [*unseen["warnings"], "a warning no figure shows"]
+    unseen["pools"]["calibration"]["raw"]["nll"] += 1.0
+    for entry in unseen["estimators"]["results"].values():
+        if entry["kind"] not in ("bin-intervals", "smooth-ece"):
+            entry["raw"]["value"] = 0.5
+    assert figures.render_figures(unseen, z, audit.labels) == drawn and calls == []
+    seen = json.loads(json.dumps(unseen))
+    seen["pools"]["audit"]["raw"]["ece"] = 0.25
+    again = figures.render_figures(seen, z, audit.labels)
+    assert calls == [1]
+    assert again[figures.RELIABILITY] != drawn[figures.RELIABILITY]
+    assert again[figures.CONFIDENCE] == drawn[figures.CONFIDENCE]

@@ -318,17 +318,26 @@ def _bundle_documents(bundle: Path, lock: Path, out: Path) -> dict[str, Path]:
     return docs
 
 
-def _check_jsonschema(schema: str, document: Path, home: Path) -> subprocess.CompletedProcess[str]:
-    """The installed check-jsonschema console script, with no cache and every proxy dead, so a $ref
-    it would have to download fails instead of reaching the network."""
+def _check_jsonschema(schema: str, document: Path, home: Path, *, process: bool = False) -> tuple[int, str]:
+    """(exit code, output) of check-jsonschema on `document` against our schema, with no cache and
+    every proxy dead, so a $ref it would have to download fails instead of reaching the network.
+    With `process`, the installed console script in a child; otherwise the same command in this
+    process (click's runner, the way click commands are tested), without a second interpreter."""
     env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
     env.update(HOME=str(home), XDG_CACHE_HOME=str(home / "cache"), NO_PROXY="", no_proxy="",
                HTTP_PROXY=DEAD_PROXY, HTTPS_PROXY=DEAD_PROXY, ALL_PROXY=DEAD_PROXY)
-    return subprocess.run(
-        [str(CHECK_JSONSCHEMA), "--no-cache", "--schemafile", str(SCHEMA_DIR / f"{schema}.schema.json"),
-         str(document)],
-        capture_output=True, text=True, env=env, timeout=120, check=False,
-    )
+    args = ["--no-cache", "--schemafile", str(SCHEMA_DIR / f"{schema}.schema.json"), str(document)]
+    if process:
+        done = subprocess.run([str(CHECK_JSONSCHEMA), *args], capture_output=True, text=True, env=env, timeout=120,
+                              check=False)
+        return done.returncode, done.stdout + done.stderr
+    from check_jsonschema import main
+    from click.testing import CliRunner
+
+    cleared: dict[str, str | None] = {k: None for k in os.environ if "proxy" in k.lower()}
+    ran = CliRunner().invoke(main, args, env={**cleared, **{k: env[k] for k in (
+        "HOME", "XDG_CACHE_HOME", "NO_PROXY", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")}})
+    return ran.exit_code, ran.output
 
 
 @pytest.fixture(scope="module")
@@ -346,8 +355,8 @@ def test_bundle_documents_cover_every_schema(bundle_documents: dict[str, Path]) 
 def test_check_jsonschema_validates_a_real_document_offline(
     name: str, bundle_documents: dict[str, Path], tmp_path: Path
 ) -> None:
-    done = _check_jsonschema(name, bundle_documents[name], tmp_path)
-    assert done.returncode == 0, done.stdout + done.stderr
+    code, output = _check_jsonschema(name, bundle_documents[name], tmp_path)
+    assert code == 0, output
 
 
 def test_check_jsonschema_rejects_a_statement_whose_predicate_breaks_its_schema(
@@ -357,9 +366,10 @@ def test_check_jsonschema_rejects_a_statement_whose_predicate_breaks_its_schema(
     statement["predicate"]["resources"]["model"]["files"][0]["pin"] = "trusted"
     bad = tmp_path / "statement.json"
     bad.write_text(json.dumps(statement))
-    done = _check_jsonschema("statement", bad, tmp_path)
-    assert done.returncode == 1, done.stdout + done.stderr
-    assert "trusted" in done.stdout + done.stderr
+    for process in (False, True):  # in this process as the other documents are checked, and as a user runs it
+        code, output = _check_jsonschema("statement", bad, tmp_path, process=process)
+        assert code == 1, output
+        assert "trusted" in output
 
 
 def test_statement_embeds_the_predicate_schema_it_refers_to() -> None:

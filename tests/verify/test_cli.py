@@ -42,10 +42,11 @@ def run_cli(args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str])
     return code, doc, out
 
 
-def test_import_pulls_in_no_torch_and_no_job() -> None:
+def test_import_pulls_in_no_torch_no_job_and_no_matplotlib() -> None:
+    """Nor matplotlib: it is imported only to draw, so a usage error or an early rejection is quick."""
     code = ("import sys, verify, verify.__main__, verify.api, verify.checks, verify.verdict_output; "
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('torch', 'transformers', 'tokenizers', 'job', 'safetensors', 'huggingface_hub')); "
+            "('torch', 'transformers', 'tokenizers', 'job', 'safetensors', 'huggingface_hub', 'matplotlib')); "
             "print(bad); sys.exit(1 if bad else 0)")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
