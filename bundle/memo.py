@@ -1,8 +1,9 @@
 """Remembering a costly pure function's last results within one process.
 
-Drawing the figures (matplotlib, about a second; bundle.views.figures) and the verifier's scoring
-of the estimators on every bootstrap resample (verify/estimators.py) are pure functions of
-records. A process that writes or checks many bundles made from the same records (the verifier
+Drawing the figures (matplotlib, about a second; bundle.views.figures), the verifier's scoring
+of the estimators on every bootstrap resample (verify/estimators.py) and a document's validation
+against its schema (bundle/schemas.py, verify/schemacheck.py: jsonschema, tens of milliseconds a
+document) are pure functions of records. A process that writes or checks many bundles made from the same records (the verifier
 after the writer in `job cosign`, an archive and its folder, a sweep verified again after one
 member changed, a test suite's tamper cases) draws and scores each set of records once.
 
@@ -18,11 +19,10 @@ import copy
 import functools
 import hashlib
 import pickle
+import sys
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
-
-import numpy as np
 
 __all__ = ["SIZE", "key_of", "memoized"]
 
@@ -36,7 +36,10 @@ R = TypeVar("R")
 
 
 def _feed(h: Any, value: Any) -> None:
-    if isinstance(value, np.ndarray):
+    # numpy is looked up, not imported: without it loaded no value is an array, and the schemas'
+    # validation (bundle.schemas) is memoized without pulling numpy into the format's definitions.
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(value, np.ndarray):
         h.update(b"A" + pickle.dumps((value.dtype.str, value.shape)))
         h.update(np.ascontiguousarray(value).tobytes())
     else:

@@ -18,6 +18,7 @@ from referencing import Registry, Resource
 from bundle.canonical import loads_strict
 from bundle.errors import BundleError, SchemaViolation
 from bundle.layout import schema_id_for
+from bundle.memo import memoized
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
 
@@ -114,14 +115,28 @@ def _json_pointer(error: ValidationError) -> str:
     return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in error.absolute_path)
 
 
-def validate(obj: Any, name: str, *, source: str | None = None) -> None:
-    """Raise SchemaViolation naming the document, the field and the violation if `obj` fails."""
+def _first_violation(obj: Any, name: str) -> tuple[str, str, str] | None:
+    """(JSON path, JSON Pointer, message) of the violation jsonschema ranks first, or None."""
     error = best_match(_validator(name).iter_errors(obj))
     if error is None:
-        return
-    what = source or f"The {name} document"
+        return None
     message = error.message if len(error.message) <= 200 else error.message[:197] + "..."
+    return _json_path(error), _json_pointer(error), message
+
+
+_remembered_violation = memoized(_first_violation)
+"""_first_violation once per process for the same document and schema (bundle/memo.py: keyed by the
+exact parsed values, so 1 and 1.0 are different documents)."""
+
+
+def validate(obj: Any, name: str, *, source: str | None = None) -> None:
+    """Raise SchemaViolation naming the document, the field and the violation if `obj` fails."""
+    found = _remembered_violation(obj, name)
+    if found is None:
+        return
+    where, pointer, message = found
+    what = source or f"The {name} document"
     raise SchemaViolation(
         f"{what} does not follow schema {name}/v1 ({schema_path(name).name}): at "
-        f"{_json_path(error)}, {message}; correct the file (or the code that wrote it).",
-        document=source or name, schema=name, pointer=_json_pointer(error), reason=message)
+        f"{where}, {message}; correct the file (or the code that wrote it).",
+        document=source or name, schema=name, pointer=pointer, reason=message)

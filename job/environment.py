@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import resource
@@ -25,8 +26,10 @@ ENV_VARS = ("PYTHONHASHSEED", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "HF_HUB_OFFL
 REPO = Path(__file__).resolve().parent.parent
 
 
+@functools.cache
 def package_version(name: str) -> str | None:
-    """The installed version of the distribution `name`, or None when it is not installed."""
+    """The installed version of the distribution `name`, or None when it is not installed; looked
+    up once per process (each lookup scans every folder of sys.path, about 10 ms)."""
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:

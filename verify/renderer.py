@@ -11,6 +11,7 @@ the verification."""
 
 from __future__ import annotations
 
+import functools
 from importlib import metadata
 from typing import Any
 
@@ -41,12 +42,18 @@ def renderer(ctx: Context) -> str:
     return RENDERER_VERSION
 
 
+@functools.cache
+def _installed(name: str) -> str:
+    """metadata.version(name), looked up once per process (each lookup scans sys.path)."""
+    return metadata.version(name)
+
+
 def matplotlib_version(ctx: Context) -> str:
     """The installed matplotlib's version when the bundle's figures can be drawn with it (the
     bundle records the same one, or none); Missing with the reason otherwise."""
     ctx.require("verifier.renderer")
     try:
-        installed = metadata.version("matplotlib")
+        installed = _installed("matplotlib")
     except metadata.PackageNotFoundError:
         raise Missing("not compared: matplotlib is not installed; install verify/requirements.txt "
                       "to redraw the figures.", fact="verifier.renderer", item="matplotlib") from None

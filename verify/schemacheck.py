@@ -14,6 +14,7 @@ from referencing import Registry, Resource
 from bundle import layout
 from bundle.canonical import dumps, loads_strict
 from bundle.errors import CanonicalJSONError
+from bundle.memo import memoized
 from bundle.schemas import SCHEMA_DIR
 from verify import bag, fastarrays
 from verify.context import Context
@@ -60,8 +61,8 @@ def _validator(name: str) -> Any:
     return cls(schema, registry=_registry())
 
 
-def validate(doc: Any, name: str, source: str) -> None:
-    """Raise Failed naming the first violation (path, message) of `doc` against schema `name`.
+def _first_violation(doc: Any, name: str) -> tuple[str, str, str] | None:
+    """(JSON path, JSON Pointer, message) of the violation jsonschema ranks first, or None.
 
     Large arrays of flat records whose items verify.fastarrays proves valid are emptied before
     jsonschema reads the rest; whenever that leaves anything invalid, jsonschema validates the whole
@@ -69,16 +70,29 @@ def validate(doc: Any, name: str, source: str) -> None:
     validator = _validator(name)
     pruned, proved = fastarrays.prune(doc, validator.schema)
     if proved and validator.is_valid(pruned):
-        return
+        return None
     error = jsonschema.exceptions.best_match(validator.iter_errors(doc))
-    if error is not None:
-        where = "$" + "".join(f"[{p!r}]" if isinstance(p, str) else f"[{p}]"
-                              for p in error.absolute_path)
-        pointer = "".join("/" + str(p).replace("~", "~0").replace("/", "~1")
-                          for p in error.absolute_path)
+    if error is None:
+        return None
+    where = "$" + "".join(f"[{p!r}]" if isinstance(p, str) else f"[{p}]" for p in error.absolute_path)
+    pointer = "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in error.absolute_path)
+    return where, pointer, error.message[:300]
+
+
+_remembered_violation = memoized(_first_violation)
+"""_first_violation once per process for the same document and schema (bundle/memo.py: the key is
+the exact parsed values, so 1 and 1.0 or true and 1 are different documents): a process that checks
+an archive and its folder, a sweep again, or bundles that share most of their files validates each
+document once."""
+
+
+def validate(doc: Any, name: str, source: str) -> None:
+    """Raise Failed naming the first violation (path, message) of `doc` against schema `name`."""
+    found = _remembered_violation(doc, name)
+    if found is not None:
+        where, pointer, reason = found
         raise SchemaCheckFailed(f"{source} does not follow the verifier's schema {schema_id(name)} "
-                              f"at {where}: {error.message[:300]}.", file=source, pointer=pointer,
-                              reason=error.message[:300])
+                                f"at {where}: {reason}.", file=source, pointer=pointer, reason=reason)
 
 
 # -- the checks (verify/checks.py lists them in order) ---------------------------------------

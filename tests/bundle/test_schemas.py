@@ -378,3 +378,28 @@ def test_statement_embeds_the_predicate_schema_it_refers_to() -> None:
     assert statement["$defs"]["predicate"] == load_schema("predicate"), (
         "schemas/statement.schema.json's $defs.predicate must be a copy of schemas/predicate.schema.json"
     )
+
+
+def test_a_remembered_verdict_is_only_ever_that_of_the_same_values(good: dict[str, Any]) -> None:
+    """Both validators remember verdicts per document (bundle/memo.py). `true` equals 1 in Python but
+    is no integer in JSON Schema: after the valid document, the equal-comparing one still fails, each
+    time naming the file it is given."""
+    from verify import schemacheck
+    from verify.result import SchemaCheckFailed
+
+    valid = copy.deepcopy(good["bootstrap"])
+    valid["seed"] = 1
+    boolean = copy.deepcopy(valid)
+    boolean["seed"] = True
+    assert boolean == valid  # what a cache keyed on equality would confuse
+    validate(valid, "bootstrap")
+    schemacheck.validate(valid, "bootstrap", "a.json")
+    for attempt in range(2):
+        with pytest.raises(SchemaViolation, match=r"at \$\.seed, True is not of type 'integer'") as writer:
+            validate(boolean, "bootstrap", source=f"file{attempt}.json")
+        assert str(writer.value).startswith(f"file{attempt}.json does not follow schema bootstrap/v1")
+        with pytest.raises(SchemaCheckFailed, match=r"at \$\['seed'\]: True is not of type 'integer'") as verifier:
+            schemacheck.validate(boolean, "bootstrap", f"file{attempt}.json")
+        assert str(verifier.value).startswith(f"file{attempt}.json does not follow")
+    validate(valid, "bootstrap")
+    schemacheck.validate(valid, "bootstrap", "a.json")
