@@ -2,10 +2,12 @@
 
 Drawing the figures (matplotlib, about a second; bundle.views.figures), the verifier's scoring
 of the estimators on every bootstrap resample (verify/estimators.py) and a document's validation
-against its schema (bundle/schemas.py, verify/schemacheck.py: jsonschema, tens of milliseconds a
-document) are pure functions of records. A process that writes or checks many bundles made from the same records (the verifier
-after the writer in `job cosign`, an archive and its folder, a sweep verified again after one
-member changed, a test suite's tamper cases) draws and scores each set of records once.
+against a schema (bundle/schemas.py, verify/schemacheck.py: jsonschema, tens of milliseconds a
+document) are pure functions of records. A process that writes or checks many bundles made from
+the same records (the verifier after the writer in `job cosign`, an archive and its folder, a
+sweep verified again after one member changed, a test suite's tamper cases) draws, scores and
+validates each set of records once. The writer and the verifier keep their verdicts apart: each
+validates with its own validator and remembers only its own.
 
 The key is the SHA-256 of the arguments' exact contents: each array's dtype, shape and bytes, and
 every other value pickled, which keeps types and float bits apart (1 and 1.0, 0.0 and -0.0, "1" and
