@@ -30,7 +30,7 @@ install: $(PY) ## create .venv, install the locked dependencies (CPU torch) and 
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 
 test: ## the test suite without the slow tests (unit + integration on ../shared/fixtures when present)
-	$(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadscope
+	$(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
 test-slow: ## the slow tests only: byte-flip fuzzing, clean virtual environments, validators
 	$(PY) -m pytest -q -m slow

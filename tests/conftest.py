@@ -27,21 +27,32 @@ def pytest_configure(config: pytest.Config) -> None:
 
 LONGEST_FIRST = (
     "tests/web/test_browser.py",
-    "tests/job/test_reproduce_levels.py",
-    "tests/job/test_own_classifier.py",
     "tests/verify/test_tamper.py",
-    "tests/verify/test_sweep.py",
-    "tests/bundle/test_schemas.py",
-    "tests/job/test_readme_own.py",
     "tests/job/test_publish.py",
+    "tests/job/test_inference.py",
+    "tests/verify/test_sweep.py",
+    "tests/job/test_reproduce_levels.py",
+    "tests/bundle/test_schemas.py",
+    "tests/job/test_own_classifier.py",
+    "tests/test_cli_edges.py",
+    "tests/job/test_goldens.py",
+    "tests/verify/test_cli_fuzz.py",
+    "tests/job/test_readme_own.py",
+    "tests/job/test_figures.py",
+    "tests/job/test_any_classifier.py",
+    "tests/job/test_init.py",
+    "tests/verify/test_cli.py",
 )
-"""The modules that take longest in `make test` (measured with --durations=0), longest first."""
+"""The modules that take longest in `make test` (the sum of their tests' times, fixtures included), longest
+first."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Run LONGEST_FIRST's modules first, every other one in collection order. `make test` hands
-    whole modules to its workers in this order (pytest-xdist, --dist loadscope); a long module
-    handed out last keeps one worker busy while the other has nothing left. Only the order moves."""
+    whole modules to its workers in this order (pytest-xdist, --dist loadscope, with
+    --no-loadscope-reorder: by default xdist orders modules by their number of tests, which handed
+    out the browser's four long tests last); a long module handed out last keeps one worker busy
+    while the other has nothing left. Only the order moves."""
     rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
 
