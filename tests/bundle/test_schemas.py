@@ -323,20 +323,19 @@ def _check_jsonschema(schema: str, document: Path, home: Path, *, process: bool 
     every proxy dead, so a $ref it would have to download fails instead of reaching the network.
     With `process`, the installed console script in a child; otherwise the same command in this
     process (click's runner, the way click commands are tested), without a second interpreter."""
-    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
-    env.update(HOME=str(home), XDG_CACHE_HOME=str(home / "cache"), NO_PROXY="", no_proxy="",
-               HTTP_PROXY=DEAD_PROXY, HTTPS_PROXY=DEAD_PROXY, ALL_PROXY=DEAD_PROXY)
+    offline = {"HOME": str(home), "XDG_CACHE_HOME": str(home / "cache"), "NO_PROXY": "", "no_proxy": "",
+               "HTTP_PROXY": DEAD_PROXY, "HTTPS_PROXY": DEAD_PROXY, "ALL_PROXY": DEAD_PROXY}
     args = ["--no-cache", "--schemafile", str(SCHEMA_DIR / f"{schema}.schema.json"), str(document)]
     if process:
+        env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()} | offline
         done = subprocess.run([str(CHECK_JSONSCHEMA), *args], capture_output=True, text=True, env=env, timeout=120,
                               check=False)
         return done.returncode, done.stdout + done.stderr
     from check_jsonschema import main
     from click.testing import CliRunner
 
-    cleared: dict[str, str | None] = {k: None for k in os.environ if "proxy" in k.lower()}
-    ran = CliRunner().invoke(main, args, env={**cleared, **{k: env[k] for k in (
-        "HOME", "XDG_CACHE_HOME", "NO_PROXY", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")}})
+    unset: dict[str, str | None] = {k: None for k in os.environ if "proxy" in k.lower()}
+    ran = CliRunner().invoke(main, args, env=unset | offline)  # set for the call, then restored
     return ran.exit_code, ran.output
 
 
