@@ -18,10 +18,13 @@ every later pass is compared with it bit for bit. Before the first command the w
 {"ready": {...}} with what it loaded and how many threads it runs, or {"error": "..."}.
 
 Paths: `job` (the job's forward, loaded and configured as a run does: job.runtime.Settings,
-configure_torch, job.model.load_model), `eager` and `sdpa` (transformers' forward with that
-attention), `compile` (torch.compile of the eager model, dynamic shapes), `gemm` (not a
-forward: F.linear at the model's three matrix shapes with M = the batch's real tokens, best of
-3 calls each, scaled to all layers: the GEMM limit the job's linear layers could reach), and,
+configure_torch, job.model.load_model), `job-onednn` (the same forward with every linear layer
+run by oneDNN, `torch.ops.mkldnn._linear_pointwise`, instead of MKL's sgemm: not the job's
+arithmetic, which the protocol fixes, but what it would take as a protocol choice), `eager` and
+`sdpa` (transformers' forward with that attention), `compile` (torch.compile of the eager model,
+dynamic shapes), `gemm` (not a forward: F.linear at the model's three matrix shapes with M = the
+batch's real tokens, best of 3 calls each, scaled to all layers: the GEMM limit the job's linear
+layers could reach), and,
 with the benchmark environment's Python (.bench-venv), `ort` (ONNX Runtime, CPU provider, its
 default graph optimisations) and `openvino` (CPU plugin, f32 inference precision) on the ONNX
 file given by --onnx. `export` writes that file instead of serving."""
@@ -45,7 +48,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-TORCH_PATHS = ("job", "eager", "sdpa", "compile", "gemm")
+TORCH_PATHS = ("job", "job-onednn", "eager", "sdpa", "compile", "gemm")
 ONNX_PATHS = ("ort", "openvino")
 GEMM_CALLS = 3
 
@@ -76,9 +79,10 @@ def transformers_model(model_dir: Path, attn: str) -> Any:
                                                               dtype=torch.float32).eval()
 
 
-def job_forward(model_dir: Path, threads: str) -> tuple[Callable[..., Any], dict[str, Any]]:
+def job_forward(model_dir: Path, threads: str, onednn: bool = False) -> tuple[Callable[..., Any], dict[str, Any]]:
     """The job's forward, set up exactly as `python -m job run` sets it up (configure_torch before
-    torch is first imported, so that its threads wait as a run's do)."""
+    torch is first imported, so that its threads wait as a run's do); with `onednn`, its linear
+    layers run by oneDNN for the length of each call."""
     from job.model import load_model
     from job.protocol import DEFAULT_PROTOCOL, load_protocol
     from job.runtime import Settings, configure_torch
@@ -87,12 +91,26 @@ def job_forward(model_dir: Path, threads: str) -> tuple[Callable[..., Any], dict
     s = Settings.from_protocol(inference, None if threads == "default" else int(threads))
     info = configure_torch(s)
     import torch
+    import torch.nn.functional as F
 
     model = load_model(model_dir, s)
     choice = s.thread_choice.record() if s.thread_choice else None
-    return (lambda ids, mask: model.forward(ids, mask)), {
+    mkl_linear = F.linear
+
+    def onednn_linear(x: Any, weight: Any, bias: Any = None) -> Any:
+        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+    def forward(ids: Any, mask: Any) -> Any:
+        F.linear = onednn_linear  # the job's modules call F.linear through the module, at call time
+        try:
+            return model.forward(ids, mask)
+        finally:
+            F.linear = mkl_linear
+
+    return (forward if onednn else lambda ids, mask: model.forward(ids, mask)), {
         "threads": int(torch.get_num_threads()), "thread_choice": choice, "forward": model.choice.record(),
-        "deterministic": info["deterministic_algorithms"], "thread_waits": info["thread_waits"]}
+        "linear": "oneDNN" if onednn else "MKL", "deterministic": info["deterministic_algorithms"],
+        "thread_waits": info["thread_waits"]}
 
 
 def hf_forward(model_dir: Path, threads: str, attn: str, compiled: bool) -> tuple[Callable[..., Any], dict[str, Any]]:
@@ -177,8 +195,8 @@ def openvino_forward(onnx: Path, threads: str) -> tuple[Callable[..., Any], dict
 
 
 def build(path: str, model_dir: Path, threads: str, onnx: Path | None) -> tuple[Callable[..., Any], dict[str, Any]]:
-    if path == "job":
-        return job_forward(model_dir, threads)
+    if path in ("job", "job-onednn"):
+        return job_forward(model_dir, threads, onednn=path == "job-onednn")
     if path in ("eager", "sdpa", "compile"):
         return hf_forward(model_dir, threads, "sdpa" if path == "sdpa" else "eager", path == "compile")
     if path == "gemm":

@@ -120,6 +120,17 @@ def test_the_workers_run_the_jobs_forward_and_transformers_on_the_same_batches(t
 
 
 @pytest.mark.slow  # a worker process importing torch
+def test_the_onednn_candidate_runs_the_jobs_forward_on_other_linear_kernels(tmp_path: Path) -> None:
+    model_dir = make_tiny_model(tmp_path / "model")
+    batches = _batches(model_dir, tmp_path / "batches.npz")
+    _, _, job = _serve("job", sys.executable, model_dir, batches, tmp_path)
+    ready, done, onednn = _serve("job-onednn", sys.executable, model_dir, batches, tmp_path)
+    assert ready["linear"] == "oneDNN" and ready["forward"]["name"] == "packed-distilbert" and done["passes_identical"]
+    d = logit_difference(onednn, job)  # other kernels: rounding apart, never another answer
+    assert 0 < d["max_abs"] < 1e-4 and d["argmax_changes"] == 0 and d["nonfinite_rows"] == 0
+
+
+@pytest.mark.slow  # a worker process importing torch
 def test_a_worker_that_cannot_load_its_path_says_why_in_one_sentence(tmp_path: Path) -> None:
     batches = _batches(tmp_path, tmp_path / "batches.npz")
     w = bench_peers.Worker("job", sys.executable, ["--model-dir", str(tmp_path / "absent"), "--batches",
