@@ -12,6 +12,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from job.errors import JobError
+from job.linear_kernels import DEFAULT as LINEAR_DEFAULT
+from job.linear_kernels import linear_kernels
 
 RECORDED_NAME = "job.inference.DistilBertClassifier"
 """What data/environment.json's torch.forward says for this forward: a fixed label, not an import
@@ -67,6 +69,7 @@ class DistilBertClassifier:
     logits are the job's by definition: the protocol fixes this layout and the batches."""
 
     name = RECORDED_NAME
+    kernels = LINEAR_DEFAULT  # job.linear_kernels: whose kernels run F.linear (the protocol's; job.model sets it)
 
     def __init__(self, tensors: dict[str, Any], n_heads: int, word_rows: WordRows | None = None) -> None:
         def pair(name: str) -> tuple[Any, Any]:
@@ -159,7 +162,12 @@ class DistilBertClassifier:
         return out
 
     def __call__(self, ids: NDArray[np.int64], mask: NDArray[np.int64]) -> Any:
-        """Logits [B, K] of one right-padded batch: ids, mask [B, longest]."""
+        """Logits [B, K] of one right-padded batch: ids, mask [B, longest]; the linear layers on the
+        kernels `self.kernels` names."""
+        with linear_kernels(self.kernels):
+            return self._logits(ids, mask)
+
+    def _logits(self, ids: NDArray[np.int64], mask: NDArray[np.int64]) -> Any:
         import torch  # deferred: torch loads only where a model runs
         import torch.nn.functional as F
 

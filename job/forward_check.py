@@ -34,6 +34,7 @@ from job.batching import Encoded, batch_plan, encode, padded_batch
 from job.distilbert import WORD_EMBEDDINGS, WordRows
 from job.errors import JobError
 from job.inference import Forward
+from job.linear_kernels import DEFAULT as LINEAR_DEFAULT
 from job.logit_compare import ulps_apart
 from job.model import Model, TransformersForward, load_transformers, model_directory
 from job.process import blocks_mapped_apart, release_free_memory
@@ -66,7 +67,8 @@ def first_padded_batch(enc: Encoded, keys: Sequence[str], batch_size: int, pad_i
     return padded_batch(flat, offsets, lengths, batch_plan(lengths, keys, batch_size)[0], pad_id)
 
 
-def reference_forward(model_dir: Path, tensors: Mapping[str, Any] | None = None) -> TransformersForward:
+def reference_forward(model_dir: Path, tensors: Mapping[str, Any] | None = None,
+                      kernels: str = LINEAR_DEFAULT) -> TransformersForward:
     """transformers' eager forward of the model in `model_dir`, its classifier head reading the [CLS]
     rows from a contiguous copy; built on `tensors` (the packed forward's, by checkpoint name) when
     given, so that the check adds no second copy or mapping of the weights (job.model.load_transformers).
@@ -79,10 +81,11 @@ def reference_forward(model_dir: Path, tensors: Mapping[str, Any] | None = None)
     packed forward gathers the same rows into a contiguous [B, dim] matrix. Same values and shapes,
     but with two or more threads MKL's sgemm rounds these two layouts differently (measured: up to
     4.8e-7 on the stand-in logits, at 2 and 4 threads, never at 1). The copy makes the layouts match
-    and changes no value that enters the head; every other operation is transformers' own."""
+    and changes no value that enters the head; every other operation is transformers' own. Its
+    linear layers run on `kernels` (job.linear_kernels), those of the forward it is checked against."""
     model = load_transformers(model_dir, "eager", tensors)
     model.pre_classifier.register_forward_pre_hook(lambda _module, args: (args[0].contiguous(), *args[1:]))
-    return TransformersForward(model)
+    return TransformersForward(model, kernels)
 
 
 def sparse_word_table(model_file: Path, name: str, ids: Iterable[int]) -> Any:
@@ -200,7 +203,7 @@ def check_packed_forward(model: Model, repo: ResolvedRepo, s: Settings, texts: S
         with model_directory(repo) as model_dir:
             tensors = {**packed.tensors,
                        WORD_EMBEDDINGS: sparse_word_table(model_dir / "model.safetensors", WORD_EMBEDDINGS, used)}
-            reference = reference_forward(model_dir, tensors)
+            reference = reference_forward(model_dir, tensors, packed.kernels)
     except (OSError, ValueError) as exc:
         raise JobError(f"transformers cannot load the model to check the packed forward against ({exc}); "
                        "the files may not form a DistilBERT sequence classifier.") from exc

@@ -25,6 +25,8 @@ from numpy.typing import NDArray
 from job.distilbert import SUPPORTED_ARCHITECTURE, DistilBertClassifier, Unsupported
 from job.errors import JobError
 from job.inference import Forward
+from job.linear_kernels import DEFAULT as LINEAR_DEFAULT
+from job.linear_kernels import linear_kernels
 from job.resources import ResolvedRepo
 from job.runtime import Settings
 
@@ -94,16 +96,18 @@ class TransformersForward:
     """transformers' own forward of a loaded sequence classifier in eval mode, on the padded batch;
     with token type ids for a model with segment embeddings."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, kernels: str = LINEAR_DEFAULT) -> None:
         self.model = model
         self.name = f"{type(model).__module__}.{type(model).__name__}"
+        self.kernels = kernels  # job.linear_kernels: whose kernels run its nn.Linear layers
 
     def __call__(self, ids: NDArray[np.int64], mask: NDArray[np.int64], types: NDArray[np.int64] | None = None,
                  /) -> Any:
         import torch  # deferred: torch loads only where a model runs
 
         extra = {} if types is None else {"token_type_ids": torch.from_numpy(types)}
-        return self.model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask), **extra).logits
+        with linear_kernels(self.kernels):
+            return self.model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask), **extra).logits
 
 
 @contextlib.contextmanager
@@ -135,11 +139,13 @@ def load_model(model_dir: Path, s: Settings) -> Model:
             except Unsupported as exc:
                 why = str(exc)
             else:
+                packed.kernels = s.linear_kernels
                 return Model(tokenizer, packed, ForwardChoice(PACKED, f"float32 {SUPPORTED_ARCHITECTURE} in "
                                                               "transformers' tensor layout, eager attention"))
         model = load_transformers(model_dir, s.attn_implementation)
         segments = int(getattr(model.config, "type_vocab_size", 0) or 0) > 1
-        return Model(tokenizer, TransformersForward(model), ForwardChoice(TRANSFORMERS, FALLBACK + why), segments)
+        forward = TransformersForward(model, s.linear_kernels)
+        return Model(tokenizer, forward, ForwardChoice(TRANSFORMERS, FALLBACK + why), segments)
     except (OSError, ValueError, SafetensorError) as exc:
         raise JobError(f"Cannot load the model from its checked files ({exc}); the files may not form a "
                        "sequence classifier that transformers' AutoModelForSequenceClassification loads.") from exc

@@ -19,6 +19,7 @@ from job.dataset import DatasetSpec
 from job.errors import JobError, ProtocolBeyondLimits
 from job.estimator_spec import EstimatorSpec, parse_estimators
 from job.labelmap import LabelMap
+from job.linear_kernels import DEFAULT as LINEAR_DEFAULT
 from job.user_documents import read_checked
 
 DEFAULT_PROTOCOL = Path(__file__).resolve().parent.parent / "provenance.json"
@@ -116,6 +117,7 @@ class InferenceSpec:
     seed: int
     deterministic_algorithms: bool
     batch_order: str
+    linear_kernels: str = LINEAR_DEFAULT  # absent from protocols written before it: MKL's, as they ran
 
     @classmethod
     def from_protocol(cls, section: dict[str, Any]) -> InferenceSpec:
@@ -127,7 +129,8 @@ class InferenceSpec:
                    truncation=bool(section["truncation"]), padding=str(section["padding"]),
                    eval_mode=bool(section["eval_mode"]), seed=int(section["seed"]),
                    deterministic_algorithms=bool(section["deterministic_algorithms"]),
-                   batch_order=str(section["batch_order"]))
+                   batch_order=str(section["batch_order"]),
+                   linear_kernels=str(section.get("linear_kernels", LINEAR_DEFAULT)))
 
 
 MIN_POOL_ROWS = {CALIBRATION: 1, AUDIT: 1}

@@ -35,6 +35,7 @@ from job.dataset import DatasetSpec, read_table
 from job.errors import JobError
 from job.hub import LOCAL_ROUTE, default_cache, failure_reason, hub_fetch, require_reachable
 from job.labelmap import config_labels, match_labels
+from job.linear_kernels import KERNELS
 from job.protocol import AUDIT, CALIBRATION, DEFAULT_PROTOCOL, load_protocol, pool_size_problem
 from job.resources import load_lock
 from job.rowcheck import check_rows, require_rows
@@ -65,6 +66,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--estimators", type=nonempty_path,
                    help="JSON file with the list of calibration estimators to pre-register in metrics.estimators "
                         "(default: the formal protocol's; docs/GUIDE.md, \"The estimators\")")
+    p.add_argument("--linear-kernels", choices=KERNELS, default=None,
+                   help="whose kernels run the linear layers (inference.linear_kernels; default: left out, "
+                        "which means mkl, the formal protocol's)")
     p.add_argument("--out", type=nonempty_path, required=True, help="protocol file to write")
     p.add_argument("--resources", type=nonempty_path, help="local resource lock: take the files from it, not the hub")
     p.add_argument("--cache", type=nonempty_path, default=None,
@@ -350,6 +354,8 @@ def build_protocol(args: argparse.Namespace, model: Pinned, data: Pinned, fmt: s
     doc["label_map"] = label_map
     if args.estimators is not None:
         doc["metrics"]["estimators"] = read_estimators(args.estimators)
+    if args.linear_kernels is not None:
+        doc["inference"]["linear_kernels"] = args.linear_kernels
     # Pre-registered with everything else, so no reproduction can pick its own tolerance afterwards.
     doc.setdefault("reproduction", {"logit_tolerance": DEFAULT_LOGIT_TOLERANCE})
     return doc

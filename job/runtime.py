@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from job.errors import JobError
+from job.linear_kernels import DEFAULT as LINEAR_DEFAULT
 from job.process import configure_process
 
 if TYPE_CHECKING:
@@ -102,6 +103,7 @@ class Settings:
     seed: int
     deterministic: bool
     thread_choice: ThreadChoice | None = None  # how `threads` was chosen (None: set directly)
+    linear_kernels: str = LINEAR_DEFAULT  # job.linear_kernels: whose kernels run the linear layers
 
     @classmethod
     def from_protocol(cls, inference: InferenceSpec, threads: int | None = None) -> Settings:
@@ -118,6 +120,7 @@ class Settings:
             max_length=inference.max_length,
             seed=inference.seed,
             deterministic=inference.deterministic_algorithms,
+            linear_kernels=inference.linear_kernels,
         )
 
 

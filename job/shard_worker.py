@@ -101,7 +101,8 @@ class ShardWorker:
         check_resources(setup.recorded, self.resources)  # every file, by sha256, before the model loads
         base = Settings.from_protocol(protocol.inference)
         self.settings = Settings(setup.threads, base.interop_threads, base.attn_implementation, base.batch_size,
-                                 base.max_length, base.seed, base.deterministic)
+                                 base.max_length, base.seed, base.deterministic,
+                                 linear_kernels=base.linear_kernels)
         self.torch_info = configure_torch(self.settings)
         with model_directory(self.resources.model) as model_dir:
             self.model = load_model(model_dir, self.settings)

@@ -18,9 +18,9 @@ every later pass is compared with it bit for bit. Before the first command the w
 {"ready": {...}} with what it loaded and how many threads it runs, or {"error": "..."}.
 
 Paths: `job` (the job's forward, loaded and configured as a run does: job.runtime.Settings,
-configure_torch, job.model.load_model), `job-onednn` (the same forward with every linear layer
-run by oneDNN, `torch.ops.mkldnn._linear_pointwise`, instead of MKL's sgemm: not the job's
-arithmetic, which the protocol fixes, but what it would take as a protocol choice), `eager` and
+configure_torch, job.model.load_model), `job-onednn` (the same under a protocol whose
+inference.linear_kernels is onednn: every linear layer runs on oneDNN's kernels instead of MKL's
+sgemm, job.linear_kernels), `eager` and
 `sdpa` (transformers' forward with that attention), `compile` (torch.compile of the eager model,
 dynamic shapes), `gemm` (not a forward: F.linear at the model's three matrix shapes with M = the
 batch's real tokens, best of 3 calls each, scaled to all layers: the GEMM limit the job's linear
@@ -32,6 +32,7 @@ file given by --onnx. `export` writes that file instead of serving."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import os
@@ -81,35 +82,24 @@ def transformers_model(model_dir: Path, attn: str) -> Any:
 
 def job_forward(model_dir: Path, threads: str, onednn: bool = False) -> tuple[Callable[..., Any], dict[str, Any]]:
     """The job's forward, set up exactly as `python -m job run` sets it up (configure_torch before
-    torch is first imported, so that its threads wait as a run's do); with `onednn`, its linear
-    layers run by oneDNN for the length of each call."""
+    torch is first imported, so that its threads wait as a run's do); with `onednn`, as under a
+    protocol whose inference.linear_kernels is onednn."""
     from job.model import load_model
     from job.protocol import DEFAULT_PROTOCOL, load_protocol
     from job.runtime import Settings, configure_torch
 
     inference = load_protocol(DEFAULT_PROTOCOL).inference
+    if onednn:
+        inference = dataclasses.replace(inference, linear_kernels="onednn")
     s = Settings.from_protocol(inference, None if threads == "default" else int(threads))
     info = configure_torch(s)
     import torch
-    import torch.nn.functional as F
 
     model = load_model(model_dir, s)
     choice = s.thread_choice.record() if s.thread_choice else None
-    mkl_linear = F.linear
-
-    def onednn_linear(x: Any, weight: Any, bias: Any = None) -> Any:
-        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
-
-    def forward(ids: Any, mask: Any) -> Any:
-        F.linear = onednn_linear  # the job's modules call F.linear through the module, at call time
-        try:
-            return model.forward(ids, mask)
-        finally:
-            F.linear = mkl_linear
-
-    return (forward if onednn else lambda ids, mask: model.forward(ids, mask)), {
+    return (lambda ids, mask: model.forward(ids, mask)), {
         "threads": int(torch.get_num_threads()), "thread_choice": choice, "forward": model.choice.record(),
-        "linear": "oneDNN" if onednn else "MKL", "deterministic": info["deterministic_algorithms"],
+        "linear_kernels": s.linear_kernels, "deterministic": info["deterministic_algorithms"],
         "thread_waits": info["thread_waits"]}
 
 

@@ -6,9 +6,9 @@
     .venv/bin/python scripts/bench_peers.py --isa native avx2 --threads 1 default --repeats 3
 
 Paths (each in its own process, scripts/bench_peer_worker.py, so that its peak RSS is its own):
-the job's forward as a run loads it (`job`); the same forward with its linear layers run by oneDNN
-instead of MKL (`job-onednn`: another arithmetic, measured as a candidate protocol choice, not what
-a run does); transformers' eager and SDPA attention (`eager`,
+the job's forward as a run loads it (`job`); the same under a protocol whose
+inference.linear_kernels is onednn (`job-onednn`: oneDNN's kernels run the linear layers instead of
+MKL's sgemm, another arithmetic); transformers' eager and SDPA attention (`eager`,
 `sdpa`); torch.compile of the eager model (`compile`); ONNX Runtime and OpenVINO on the same model
 exported to ONNX (`ort`, `openvino`: they need --peer-python, the benchmark-only environment of
 `make bench-peers-env`); and `gemm`, the F.linear rate on the job's own matrix shapes, which

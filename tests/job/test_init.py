@@ -156,3 +156,13 @@ def test_init_refuses_an_estimator_out_of_range_and_writes_nothing(hub, tmp_path
     good.write_text(json.dumps([{"id": "ks", "kind": "ks"}]))
     assert init(endpoint, init_args(tmp_path, arch, paired, "--estimators", str(good))) == 0
     assert json.loads((tmp_path / "protocol.json").read_text())["metrics"]["estimators"] == [{"id": "ks", "kind": "ks"}]
+
+
+def test_init_writes_the_linear_kernels_only_when_asked(hub, tmp_path: Path):
+    arch, k, fmt, paired = CASES[min(CASES)]
+    endpoint = hub(arch, k, fmt, paired)
+    assert init(endpoint, init_args(tmp_path, arch, paired)) == 0
+    assert "linear_kernels" not in json.loads((tmp_path / "protocol.json").read_text())["inference"]
+    (tmp_path / "protocol.json").unlink()
+    assert init(endpoint, init_args(tmp_path, arch, paired, "--linear-kernels", "onednn")) == 0
+    assert json.loads((tmp_path / "protocol.json").read_text())["inference"]["linear_kernels"] == "onednn"
