@@ -91,3 +91,17 @@ def test_kernels_the_schema_does_not_name_are_refused_before_any_work(tiny_world
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and err[-1].startswith("error: ") and "schemas/protocol.schema.json" in err[-1], err
     assert "Traceback" not in "\n".join(err) and not out.exists()
+
+
+def test_a_torch_without_onednn_is_refused_in_one_sentence(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    from job.errors import JobError
+
+    own = F.linear
+    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
+    with pytest.raises(JobError, match=r"^The protocol asks for oneDNN's linear kernels .*; set "
+                                       r"inference\.linear_kernels to mkl or .*\.$"), linear_kernels("onednn"):
+        pass
+    assert F.linear is own
