@@ -168,6 +168,18 @@ def _optional(x: Any) -> str:
     return text(x) if isinstance(x, str) else str(x)
 
 
+_LINEAR_KERNELS = {"mkl": "MKL's", "onednn": "oneDNN's"}
+"""inference.linear_kernels as the report names it; a protocol without the field says nothing of
+it (it means MKL's, as every protocol before the field ran)."""
+
+
+def _kernels_clause(inf: dict[str, Any]) -> str:
+    kernels = inf.get("linear_kernels")
+    if kernels is None:
+        return ""
+    return f", linear layers on {_LINEAR_KERNELS.get(kernels, text(str(kernels)))} kernels"
+
+
 def _protocol_paragraph(p: dict[str, Any], sha: str) -> str:
     inf, fit, met = p["inference"], p["fit"], p["metrics"]
     pools = ", ".join(f"{text(x['name'])} {x['size']}" for x in p["split"]["pools"])
@@ -179,7 +191,7 @@ def _protocol_paragraph(p: dict[str, Any], sha: str) -> str:
         f"Rows are ordered by the sha256 of {code(p['split']['prefix'])} + idx and cut, in that order, "
         f"into the pools {pools}. Inference runs on {text(inf['device'])} in {text(inf['dtype'])}, "
         f"batches of {inf['batch_size']}, at most {inf['max_length']} tokens, "
-        f"{inf['torch_threads']} torch threads, deterministic algorithms "
+        f"{inf['torch_threads']} torch threads{_kernels_clause(inf)}, deterministic algorithms "
         f"{'on' if inf['deterministic_algorithms'] else 'off'}. One temperature is fitted on the "
         f"{text(fit['pool'])} pool by {fit['steps']} bisection steps on beta = 1/T over "
         f"T in [{fit['t_min']}, {fit['t_max']}], written and frozen before the {text(met['pool'])} pool is "

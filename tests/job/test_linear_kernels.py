@@ -29,6 +29,20 @@ def test_a_protocol_without_the_field_runs_mkl_as_every_earlier_protocol_did() -
     assert KERNELS == ("mkl", "onednn")
 
 
+def test_the_report_names_the_kernels_only_where_the_protocol_does() -> None:
+    from bundle.views.report import _protocol_paragraph
+
+    doc = json.loads(DEFAULT_PROTOCOL.read_text())
+    said = {}
+    for kernels in (None, *KERNELS):
+        inference = {**doc["inference"], **({} if kernels is None else {"linear_kernels": kernels})}
+        said[kernels] = _protocol_paragraph({**doc, "inference": inference}, "0" * 64)
+    assert "linear layers" not in said[None]  # as every report before the field
+    assert "4 torch threads, linear layers on MKL's kernels, deterministic algorithms on" in said["mkl"]
+    assert "4 torch threads, linear layers on oneDNN's kernels, deterministic algorithms on" in said["onednn"]
+    assert said["mkl"].replace("linear layers on MKL's kernels, ", "") == said[None]
+
+
 def test_onednn_kernels_run_only_within_the_block_and_round_otherwise_than_mkl() -> None:
     import torch
     import torch.nn.functional as F
@@ -72,6 +86,8 @@ def test_a_run_on_onednn_kernels_is_checked_signed_and_verified(tiny_world: tupl
         bundles[kernels] = out
     recorded = json.loads((bundles["onednn"] / "data" / "protocol.json").read_text())
     assert recorded["inference"]["linear_kernels"] == "onednn"
+    assert "torch threads, linear layers on oneDNN's kernels, deterministic" in (
+        bundles["onednn"] / "data" / "report.md").read_text()
     # The forward check ran on the same kernels on both sides: its batch without padding is bit-equal.
     check = json.loads((bundles["onednn"] / "data" / "environment.json").read_text())["forward_check"]
     assert check["unpadded"]["identical"] is True, check
