@@ -165,6 +165,11 @@ VERDICTS: Final = ("bit-identical", "equivalent", "mismatch")
 """A reproduction's verdicts, strictest first (FORMAT.md "Reproduction attestation")."""
 LEGACY_REPRODUCED: Final = "reproduced"
 """The verdict of earlier attestations for every compared logit bit for bit: read as bit-identical."""
+LINEAR_KERNELS: Final = {"mkl": "MKL's", "onednn": "oneDNN's"}
+"""The protocol's `inference.linear_kernels` values (schemas/protocol.schema.json), each with the name
+report.md gives it: whose kernels run the linear layers."""
+DEFAULT_LINEAR_KERNELS: Final = "mkl"
+"""What a protocol without `inference.linear_kernels` means: every protocol written before the field ran MKL's."""
 DEFAULT_LOGIT_TOLERANCE: Final = 1e-4
 """The largest absolute difference between a reproduced and a stored float32 logit that counts as
 `equivalent` when the protocol pre-registers none (`reproduction.logit_tolerance`). Chosen from

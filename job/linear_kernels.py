@@ -16,10 +16,11 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from bundle.layout import DEFAULT_LINEAR_KERNELS, LINEAR_KERNELS
 from job.errors import JobError
 
-KERNELS = ("mkl", "onednn")
-DEFAULT = "mkl"
+KERNELS = tuple(LINEAR_KERNELS)  # the format's names (bundle.layout), in the schema's order
+DEFAULT = DEFAULT_LINEAR_KERNELS
 
 
 def _onednn_linear(x: Any, weight: Any, bias: Any = None) -> Any:

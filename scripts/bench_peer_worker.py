@@ -20,13 +20,12 @@ every later pass is compared with it bit for bit. Before the first command the w
 Paths: `job` (the job's forward, loaded and configured as a run does: job.runtime.Settings,
 configure_torch, job.model.load_model), `job-onednn` (the same under a protocol whose
 inference.linear_kernels is onednn: every linear layer runs on oneDNN's kernels instead of MKL's
-sgemm, job.linear_kernels), `eager` and
-`sdpa` (transformers' forward with that attention), `compile` (torch.compile of the eager model,
-dynamic shapes), `gemm` (not a forward: F.linear at the model's three matrix shapes with M = the
-batch's real tokens, best of 3 calls each, scaled to all layers: the GEMM limit the job's linear
-layers could reach), and,
-with the benchmark environment's Python (.bench-venv), `ort` (ONNX Runtime, CPU provider, its
-default graph optimisations) and `openvino` (CPU plugin, f32 inference precision) on the ONNX
+sgemm, job.linear_kernels), `eager` and `sdpa` (transformers' forward with that attention),
+`compile` (torch.compile of the eager model, dynamic shapes), `gemm` (not a forward: F.linear at
+the model's three matrix shapes with M = the batch's real tokens, best of 3 calls each, scaled to
+all layers: the GEMM limit the job's linear layers could reach), and, with the benchmark
+environment's Python (.bench-venv), `ort` (ONNX Runtime, CPU provider, its default graph
+optimisations) and `openvino` (CPU plugin, f32 inference precision) on the ONNX
 file given by --onnx. `export` writes that file instead of serving."""
 
 from __future__ import annotations

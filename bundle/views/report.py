@@ -168,16 +168,13 @@ def _optional(x: Any) -> str:
     return text(x) if isinstance(x, str) else str(x)
 
 
-_LINEAR_KERNELS = {"mkl": "MKL's", "onednn": "oneDNN's"}
-"""inference.linear_kernels as the report names it; a protocol without the field says nothing of
-it (it means MKL's, as every protocol before the field ran)."""
-
-
 def _kernels_clause(inf: dict[str, Any]) -> str:
+    """The linear layers' kernels where the protocol names them; a protocol without the field says
+    nothing of them, as every report before the field."""
     kernels = inf.get("linear_kernels")
     if kernels is None:
         return ""
-    return f", linear layers on {_LINEAR_KERNELS.get(kernels, text(str(kernels)))} kernels"
+    return f", linear layers on {layout.LINEAR_KERNELS.get(kernels, text(str(kernels)))} kernels"
 
 
 def _protocol_paragraph(p: dict[str, Any], sha: str) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bundle.schemas import SCHEMA_DIR
 from job.cli import main
 from job.linear_kernels import DEFAULT, KERNELS, linear_kernels
 from job.predictions import read_logits
@@ -27,6 +28,8 @@ def test_a_protocol_without_the_field_runs_mkl_as_every_earlier_protocol_did() -
     assert load_protocol(DEFAULT_PROTOCOL).inference.linear_kernels == DEFAULT == "mkl"
     assert InferenceSpec.from_protocol({**doc["inference"], "linear_kernels": "onednn"}).linear_kernels == "onednn"
     assert KERNELS == ("mkl", "onednn")
+    schema = json.loads((SCHEMA_DIR / "protocol.schema.json").read_text())
+    assert schema["properties"]["inference"]["properties"]["linear_kernels"]["enum"] == list(KERNELS)
 
 
 def test_the_report_names_the_kernels_only_where_the_protocol_does() -> None:
