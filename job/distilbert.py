@@ -12,8 +12,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from job.errors import JobError
-from job.linear_kernels import DEFAULT as LINEAR_DEFAULT
-from job.linear_kernels import linear_kernels
+from job.linear_kernels import LinearKernels
+from job.mapped_pages import file_backing
 
 RECORDED_NAME = "job.inference.DistilBertClassifier"
 """What data/environment.json's torch.forward says for this forward: a fixed label, not an import
@@ -69,9 +69,11 @@ class DistilBertClassifier:
     logits are the job's by definition: the protocol fixes this layout and the batches."""
 
     name = RECORDED_NAME
-    kernels = LINEAR_DEFAULT  # job.linear_kernels: whose kernels run F.linear (the protocol's; job.model sets it)
 
-    def __init__(self, tensors: dict[str, Any], n_heads: int, word_rows: WordRows | None = None) -> None:
+    def __init__(self, tensors: dict[str, Any], n_heads: int, word_rows: WordRows | None = None,
+                 kernels: LinearKernels | None = None) -> None:
+        """On `tensors` by checkpoint name; the linear layers on `kernels` (job.linear_kernels; MKL's
+        when None), which pack their weights."""
         def pair(name: str) -> tuple[Any, Any]:
             return tensors[f"{name}.weight"], tensors[f"{name}.bias"]
 
@@ -90,6 +92,12 @@ class DistilBertClassifier:
         self.num_labels = self.classifier[0].shape[0]
         self.word_rows = word_rows
         self._check()
+        self.kernels = LinearKernels() if kernels is None else kernels
+        for layer in self.layers:
+            for lin in (layer.q, layer.k, layer.v, layer.out, layer.lin1, layer.lin2):
+                self.kernels.pack(*lin)
+        self.kernels.pack(*self.pre_classifier)
+        self.kernels.pack(*self.classifier)
 
     def _check(self) -> None:
         d, h = self.dim, self.hidden_dim
@@ -109,10 +117,11 @@ class DistilBertClassifier:
                 *(f"{n}.{p}" for n in names for p in ("weight", "bias"))]
 
     @classmethod
-    def load(cls, model_dir: Path) -> DistilBertClassifier:
-        """From config.json and model.safetensors (tensors memory-mapped, not copied). Unsupported,
-        with the reason, when they are not a float32 DistilBERT sequence classifier in transformers'
-        tensor layout (job.model then runs transformers' own forward and records why)."""
+    def load(cls, model_dir: Path, kernels: LinearKernels | None = None) -> DistilBertClassifier:
+        """From config.json and model.safetensors (tensors memory-mapped, not copied), the linear
+        layers on `kernels`. Unsupported, with the reason, when they are not a float32 DistilBERT
+        sequence classifier in transformers' tensor layout (job.model then runs transformers' own
+        forward and records why)."""
         import torch  # deferred: torch loads only where a model runs
         from safetensors import SafetensorError, safe_open
 
@@ -149,22 +158,22 @@ class DistilBertClassifier:
         dtypes = sorted({str(t.dtype).removeprefix("torch.") for t in tensors.values() if t.dtype != torch.float32})
         if dtypes:
             raise Unsupported(f"model.safetensors holds {', '.join(dtypes)} tensors, not only float32")
-        model = cls(tensors, n_heads)
+        model = cls(tensors, n_heads, kernels=kernels)
         model.word_rows = WordRows.for_tensor(model.word)
         return model
 
     @classmethod
-    def from_transformers(cls, model: Any) -> DistilBertClassifier:
+    def from_transformers(cls, model: Any, kernels: LinearKernels | None = None) -> DistilBertClassifier:
         """The same arithmetic on the tensors of a loaded DistilBertForSequenceClassification."""
         tensors = {k: v.detach() for k, v in model.state_dict().items()}
-        out = cls(tensors, int(model.config.n_heads))
+        out = cls(tensors, int(model.config.n_heads), kernels=kernels)
         out.word_rows = WordRows.for_tensor(out.word)
         return out
 
     def __call__(self, ids: NDArray[np.int64], mask: NDArray[np.int64]) -> Any:
         """Logits [B, K] of one right-padded batch: ids, mask [B, longest]; the linear layers on the
         kernels `self.kernels` names."""
-        with linear_kernels(self.kernels):
+        with self.kernels.active():
             return self._logits(ids, mask)
 
     def _logits(self, ids: NDArray[np.int64], mask: NDArray[np.int64]) -> Any:
@@ -212,42 +221,6 @@ class DistilBertClassifier:
         return F.linear(pooled, *self.classifier)
 
 
-def _file_backing(t: Any) -> tuple[Path, int] | None:
-    """(file, byte offset) when CPU tensor `t` is a private mapping of a file that this process
-    has not written to: each of its pages is either not faulted in yet or still the file's own page
-    (no copy-on-write copy, nothing swapped). None otherwise or where /proc cannot tell (not Linux)."""
-    if t.device.type != "cpu" or not t.is_contiguous():
-        return None
-    start, nbytes = t.data_ptr(), t.numel() * t.element_size()
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-            for line in maps:
-                fields = line.rstrip("\n").split(maxsplit=5)
-                lo, hi = (int(a, 16) for a in fields[0].split("-"))
-                if lo <= start and start + nbytes <= hi:
-                    break
-            else:
-                return None
-        if len(fields) < 6 or not fields[5].startswith("/"):
-            return None
-        path, offset, inode = Path(fields[5]), int(fields[2], 16) + start - lo, int(fields[4])
-        st = path.stat()
-        if st.st_ino != inode or st.st_size < offset + nbytes:
-            return None  # replaced or deleted since it was mapped
-        page = os.sysconf("SC_PAGE_SIZE")
-        first, last = start // page, (start + nbytes - 1) // page
-        with open("/proc/self/pagemap", "rb") as pm:
-            pm.seek(first * 8)
-            flags = np.frombuffer(pm.read((last - first + 1) * 8), dtype=np.uint64)
-    except (OSError, ValueError, IndexError):
-        return None
-    one = np.uint64(1)
-    present, swapped, file_page = ((flags >> np.uint64(b)) & one for b in (63, 62, 61))
-    if len(flags) != last - first + 1 or ((present & (one - file_page)) | swapped).any():
-        return None
-    return path, offset
-
-
 @dataclass(frozen=True)
 class WordRows:
     """Rows of the word-embedding matrix read from the model file instead of through its mapping.
@@ -270,7 +243,7 @@ class WordRows:
 
         if weight.dtype != torch.float32 or weight.dim() != 2:
             return None
-        backing = _file_backing(weight)
+        backing = file_backing(weight)
         return None if backing is None else cls(backing[0], backing[1], *weight.shape)
 
     def __call__(self, token_ids: NDArray[np.int64]) -> Any:

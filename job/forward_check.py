@@ -34,7 +34,7 @@ from job.batching import Encoded, batch_plan, encode, padded_batch
 from job.distilbert import WORD_EMBEDDINGS, WordRows
 from job.errors import JobError
 from job.inference import Forward
-from job.linear_kernels import DEFAULT as LINEAR_DEFAULT
+from job.linear_kernels import LinearKernels
 from job.logit_compare import ulps_apart
 from job.model import Model, TransformersForward, load_transformers, model_directory
 from job.process import blocks_mapped_apart, release_free_memory
@@ -68,7 +68,7 @@ def first_padded_batch(enc: Encoded, keys: Sequence[str], batch_size: int, pad_i
 
 
 def reference_forward(model_dir: Path, tensors: Mapping[str, Any] | None = None,
-                      kernels: str = LINEAR_DEFAULT) -> TransformersForward:
+                      kernels: LinearKernels | None = None) -> TransformersForward:
     """transformers' eager forward of the model in `model_dir`, its classifier head reading the [CLS]
     rows from a contiguous copy; built on `tensors` (the packed forward's, by checkpoint name) when
     given, so that the check adds no second copy or mapping of the weights (job.model.load_transformers).
@@ -82,7 +82,9 @@ def reference_forward(model_dir: Path, tensors: Mapping[str, Any] | None = None,
     but with two or more threads MKL's sgemm rounds these two layouts differently (measured: up to
     4.8e-7 on the stand-in logits, at 2 and 4 threads, never at 1). The copy makes the layouts match
     and changes no value that enters the head; every other operation is transformers' own. Its
-    linear layers run on `kernels` (job.linear_kernels), those of the forward it is checked against."""
+    linear layers run on `kernels` (job.linear_kernels), those of the forward it is checked against,
+    and read the weights those kernels packed for it, found by the storage of each layer's own
+    parameter: a tensor in the wrong layer of either forward still shows."""
     model = load_transformers(model_dir, "eager", tensors)
     model.pre_classifier.register_forward_pre_hook(lambda _module, args: (args[0].contiguous(), *args[1:]))
     return TransformersForward(model, kernels)

@@ -25,8 +25,7 @@ from numpy.typing import NDArray
 from job.distilbert import SUPPORTED_ARCHITECTURE, DistilBertClassifier, Unsupported
 from job.errors import JobError
 from job.inference import Forward
-from job.linear_kernels import DEFAULT as LINEAR_DEFAULT
-from job.linear_kernels import linear_kernels
+from job.linear_kernels import LinearKernels
 from job.resources import ResolvedRepo
 from job.runtime import Settings
 
@@ -96,17 +95,17 @@ class TransformersForward:
     """transformers' own forward of a loaded sequence classifier in eval mode, on the padded batch;
     with token type ids for a model with segment embeddings."""
 
-    def __init__(self, model: Any, kernels: str = LINEAR_DEFAULT) -> None:
+    def __init__(self, model: Any, kernels: LinearKernels | None = None) -> None:
         self.model = model
         self.name = f"{type(model).__module__}.{type(model).__name__}"
-        self.kernels = kernels  # job.linear_kernels: whose kernels run its nn.Linear layers
+        self.kernels = LinearKernels() if kernels is None else kernels  # run its nn.Linear layers (MKL's: None)
 
     def __call__(self, ids: NDArray[np.int64], mask: NDArray[np.int64], types: NDArray[np.int64] | None = None,
                  /) -> Any:
         import torch  # deferred: torch loads only where a model runs
 
         extra = {} if types is None else {"token_type_ids": torch.from_numpy(types)}
-        with linear_kernels(self.kernels):
+        with self.kernels.active():
             return self.model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask), **extra).logits
 
 
@@ -135,16 +134,15 @@ def load_model(model_dir: Path, s: Settings) -> Model:
             why = f"the protocol asks for {s.attn_implementation!r} attention and the packed forward implements eager"
         else:
             try:
-                packed = DistilBertClassifier.load(model_dir)
+                packed = DistilBertClassifier.load(model_dir, LinearKernels(s.linear_kernels))
             except Unsupported as exc:
                 why = str(exc)
             else:
-                packed.kernels = s.linear_kernels
                 return Model(tokenizer, packed, ForwardChoice(PACKED, f"float32 {SUPPORTED_ARCHITECTURE} in "
                                                               "transformers' tensor layout, eager attention"))
         model = load_transformers(model_dir, s.attn_implementation)
         segments = int(getattr(model.config, "type_vocab_size", 0) or 0) > 1
-        forward = TransformersForward(model, s.linear_kernels)
+        forward = TransformersForward(model, LinearKernels(s.linear_kernels))
         return Model(tokenizer, forward, ForwardChoice(TRANSFORMERS, FALLBACK + why), segments)
     except (OSError, ValueError, SafetensorError) as exc:
         raise JobError(f"Cannot load the model from its checked files ({exc}); the files may not form a "

@@ -20,7 +20,7 @@ import pytest
 
 import job.model as job_model
 from job.batching import batch_plan, encode, padded_batch
-from job.distilbert import RECORDED_NAME, WORD_EMBEDDINGS, DistilBertClassifier, WordRows, _file_backing
+from job.distilbert import RECORDED_NAME, WORD_EMBEDDINGS, DistilBertClassifier, WordRows
 from job.errors import JobError
 from job.forward_check import (
     PADDED_BOUND,
@@ -34,6 +34,7 @@ from job.forward_check import (
     unpadded_batch,
 )
 from job.inference import run_pool
+from job.mapped_pages import file_backing
 from job.model import PACKED, TRANSFORMERS, ForwardChoice, Model, TransformersForward, load_model, load_transformers
 from job.protocol import load_protocol
 from job.runtime import Settings, configure_torch, set_deterministic
@@ -271,9 +272,9 @@ def test_word_rows_read_the_mapped_file_and_refuse_written_pages(tmp_path):
         pytest.skip("this platform does not memory-map safetensors or has no /proc/self/pagemap")
     ids = np.array([3, 0, 39, 3], dtype=np.int64)
     assert torch.equal(rows(ids), weight[ids])
-    assert _file_backing(torch.ones(100, 8)) is None  # anonymous memory
+    assert file_backing(torch.ones(100, 8)) is None  # anonymous memory
     mapped[5, 0] = -1.0  # a copy-on-write page: the file no longer says what the tensor holds
-    assert _file_backing(mapped) is None
+    assert file_backing(mapped) is None
 
 
 def test_word_rows_refuse_out_of_vocabulary_ids(tmp_path):
@@ -496,8 +497,8 @@ def disagreeing_packed_weights(monkeypatch: pytest.MonkeyPatch) -> None:
     """The packed forward loads with one classifier weight changed; transformers reads the file as it is."""
     original = DistilBertClassifier.load.__func__  # type: ignore[attr-defined]
 
-    def load(cls: type[DistilBertClassifier], model_dir: Path) -> DistilBertClassifier:
-        model = original(cls, model_dir)
+    def load(cls: type[DistilBertClassifier], model_dir: Path, kernels: Any = None) -> DistilBertClassifier:
+        model = original(cls, model_dir, kernels)
         weight, bias = model.classifier
         changed = weight.clone()
         changed[0, 0] += 0.25
