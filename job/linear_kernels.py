@@ -78,7 +78,7 @@ class LinearKernels:
         the same tensors. Not packed when the two layouts' products on a probe differ in any bit,
         nor ever for mkl. Where the weight is a clean mapping of the model file, its pages are
         handed back once packed (job.mapped_pages): packing read them, and only one-row products
-        read them again, so the file's pages and the packed copy are never resident together."""
+        read them again, so beside the packed copies at most one weight's file pages are resident."""
         if self.name == DEFAULT:
             return False
         import torch  # deferred: torch loads only where a model runs
