@@ -3,8 +3,9 @@
 - "mkl": torch's own float32 `F.linear` on x86 CPUs, MKL's sgemm. The field's absence means it, so
   every protocol written before the field existed keeps its arithmetic, its hash and its goldens.
 - "onednn": oneDNN's inner product (`torch.ops.mkldnn._linear_pointwise`), which ran the full-size
-  forward in 0.83 of MKL's time at 1 thread and 0.74 at 2 on an AMD EPYC, ahead of ONNX Runtime
-  (docs/PERFORMANCE.md, "oneDNN's weights packed once").
+  forward in 0.83 of MKL's time at 1 thread and 0.74 at 2 on an AMD EPYC with AVX-512, ahead of
+  ONNX Runtime (docs/PERFORMANCE.md, "oneDNN's weights packed once"), but in 1.01 and 0.93 on an
+  AVX2-only one, behind it ("The peers on an AVX2-only AMD EPYC").
 
 Other kernels round differently (up to 7.2e-7 on the full-size model's logits, no prediction
 changed), so the choice is part of the arithmetic the protocol fixes, never a switch a run makes by

@@ -23,10 +23,11 @@ inference.linear_kernels is onednn: every linear layer runs on oneDNN's kernels 
 sgemm, job.linear_kernels), `eager` and `sdpa` (transformers' forward with that attention),
 `compile` (torch.compile of the eager model, dynamic shapes), `gemm` (not a forward: F.linear at
 the model's three matrix shapes with M = the batch's real tokens, best of 3 calls each, scaled to
-all layers: the GEMM limit the job's linear layers could reach), and, with the benchmark
-environment's Python (.bench-venv), `ort` (ONNX Runtime, CPU provider, its default graph
-optimisations) and `openvino` (CPU plugin, f32 inference precision) on the ONNX
-file given by --onnx. `export` writes that file instead of serving."""
+all layers: the GEMM limit the job's linear layers could reach), `gemm-onednn` (the same on the
+job's packed oneDNN layers), and, with the benchmark environment's Python (.bench-venv), `ort`
+(ONNX Runtime, CPU provider, its default graph optimisations) and `openvino` (CPU plugin, f32
+inference precision) on the ONNX file given by --onnx, and `gemm-mlas` (the GEMM rate of ONNX
+Runtime's own kernels, MLAS, on the same shapes). `export` writes the ONNX file instead of serving."""
 
 from __future__ import annotations
 
@@ -48,7 +49,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-TORCH_PATHS = ("job", "job-onednn", "eager", "sdpa", "compile", "gemm")
+GEMM_PATHS = {"gemm": "mkl", "gemm-onednn": "onednn", "gemm-mlas": "mlas"}  # path -> kernel (gemm_forward)
+TORCH_PATHS = ("job", "job-onednn", "eager", "sdpa", "compile", "gemm", "gemm-onednn")
 ONNX_PATHS = ("ort", "openvino")
 GEMM_CALLS = 3
 
@@ -115,37 +117,79 @@ def hf_forward(model_dir: Path, threads: str, attn: str, compiled: bool) -> tupl
     return forward, {"threads": n, "attention": model.config._attn_implementation, "compiled": compiled}
 
 
-def gemm_forward(model_dir: Path, threads: str) -> tuple[Callable[..., Any], dict[str, Any]]:
-    """Per batch: the seconds all layers' linear layers take at the best measured GEMM speed, on
-    M = the batch's real tokens (what the job's packed linear layers see)."""
-    import torch
-    import torch.nn.functional as F
-
-    n = torch_threads(threads)
+def gemm_forward(model_dir: Path, threads: str, kernel: str = "mkl") -> tuple[Callable[..., Any], dict[str, Any]]:
+    """Per batch: the seconds all layers' linear layers take at the best measured GEMM speed of
+    `kernel`, on M = the batch's real tokens (what the job's packed linear layers see). Kernels: mkl
+    (F.linear), onednn (the job's own packed oneDNN layers, job.linear_kernels) and mlas (ONNX
+    Runtime's Gemm with the weight as an initializer, which it packs once, as in its forward; the
+    benchmark environment's Python only). The weights are the same seeded matrices for every kernel."""
     config = json.loads((model_dir / "config.json").read_text())
     d, h, layers = int(config["dim"]), int(config["hidden_dim"]), int(config["n_layers"])
-    gen = torch.Generator().manual_seed(0)
-    weights = {"dd": (torch.randn(d, d, generator=gen), torch.randn(d, generator=gen)),
-               "dh": (torch.randn(h, d, generator=gen), torch.randn(h, generator=gen)),
-               "hd": (torch.randn(d, h, generator=gen), torch.randn(d, generator=gen))}
+    rng = np.random.default_rng(0)
+    weights = {tag: (rng.standard_normal((o, i), dtype=np.float32), rng.standard_normal(o, dtype=np.float32))
+               for tag, (o, i) in {"dd": (d, d), "dh": (h, d), "hd": (d, h)}.items()}
+    linear, n, context = _gemm_kernel(kernel, weights, threads)
 
     def forward(ids: Any, mask: Any) -> Any:
         m = int(mask.sum())
         best = {}
-        for tag, (w, b) in weights.items():
-            x = torch.randn(m, w.shape[1], generator=gen)
-            F.linear(x, w, b)  # first touch of x and the output's size class
-            times = []
-            for _ in range(GEMM_CALLS):
-                t0 = time.perf_counter()
-                F.linear(x, w, b)
-                times.append(time.perf_counter() - t0)
-            best[tag] = min(times)
+        with context():
+            for tag, (w, _) in weights.items():
+                x = rng.standard_normal((m, w.shape[1]), dtype=np.float32)
+                run, convert = linear[tag]
+                arg = convert(x)  # outside the timing: numpy for mlas, a torch tensor for the others
+                run(arg)  # first touch of x and the output's size class
+                times = []
+                for _ in range(GEMM_CALLS):
+                    t0 = time.perf_counter()
+                    run(arg)
+                    times.append(time.perf_counter() - t0)
+                best[tag] = min(times)
         seconds = layers * (4 * best["dd"] + best["dh"] + best["hd"])
         flops = 2 * m * layers * (4 * d * d + 2 * d * h)
-        return torch.tensor([[seconds, float(flops)]], dtype=torch.float64)
+        return np.array([[seconds, float(flops)]], dtype=np.float64)
 
-    return forward, {"threads": n, "shapes": {"dim": d, "hidden": h, "layers": layers}, "calls": GEMM_CALLS}
+    return forward, {"threads": n, "kernel": kernel, "shapes": {"dim": d, "hidden": h, "layers": layers},
+                     "calls": GEMM_CALLS}
+
+
+def _gemm_kernel(kernel: str, weights: dict[str, tuple[Any, Any]],
+                 threads: str) -> tuple[dict[str, Any], int | str, Callable[[], Any]]:
+    """Each weight's (product, input conversion) under `kernel`, the threads it runs, and the
+    context its products run in."""
+    import contextlib
+
+    if kernel == "mlas":
+        import onnxruntime as ort
+        from onnx import TensorProto, helper, numpy_helper
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 0 if threads == "default" else int(threads)
+        calls = {}
+        for tag, (w, b) in weights.items():
+            o, i = w.shape
+            graph = helper.make_graph(
+                [helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)], tag,
+                [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["m", i])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", o])],
+                [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+            model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+            sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+            calls[tag] = (lambda x, s=sess: s.run(None, {"x": x}), lambda x: x)
+        return calls, opts.intra_op_num_threads or "ORT default (physical cores)", contextlib.nullcontext
+    import torch
+    import torch.nn.functional as F
+
+    from job.linear_kernels import LinearKernels
+
+    n = torch_threads(threads)
+    kernels = LinearKernels(kernel)
+    calls = {}
+    for tag, (w, b) in weights.items():
+        wt, bt = torch.from_numpy(w), torch.from_numpy(b)
+        kernels.pack(wt, bt)
+        calls[tag] = (lambda x, wt=wt, bt=bt: F.linear(x, wt, bt), torch.from_numpy)
+    return calls, n, kernels.active
 
 
 def ort_forward(onnx: Path, threads: str) -> tuple[Callable[..., Any], dict[str, Any]]:
@@ -188,8 +232,8 @@ def build(path: str, model_dir: Path, threads: str, onnx: Path | None) -> tuple[
         return job_forward(model_dir, threads, onednn=path == "job-onednn")
     if path in ("eager", "sdpa", "compile"):
         return hf_forward(model_dir, threads, "sdpa" if path == "sdpa" else "eager", path == "compile")
-    if path == "gemm":
-        return gemm_forward(model_dir, threads)
+    if path in GEMM_PATHS:
+        return gemm_forward(model_dir, threads, GEMM_PATHS[path])
     if onnx is None:
         raise ValueError(f"the {path} path needs --onnx")
     return (ort_forward if path == "ort" else openvino_forward)(onnx, threads)
@@ -243,7 +287,7 @@ class Session:
             for ids, mask in (self.batches if subset is None else [self.batches[i] for i in subset]):
                 b0 = time.perf_counter()
                 out = as_numpy(self.forward(ids, mask))  # gemm: float64 [[seconds, flops]]
-                logits.append(out if self.path == "gemm" else np.asarray(out, dtype=np.float32))
+                logits.append(out if self.path in GEMM_PATHS else np.asarray(out, dtype=np.float32))
                 walls.append(time.perf_counter() - b0)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         arr = np.concatenate(logits)
@@ -254,7 +298,7 @@ class Session:
         else:
             self.identical = self.identical and np.array_equal(arr, self.first)
         gemm = ({"gemm_seconds": float(arr[:, 0].sum()), "gemm_flops": float(arr[:, 1].sum())}
-                if self.path == "gemm" else {})
+                if self.path in GEMM_PATHS else {})
         return {"wall": sum(walls), "loop_wall": wall, "cpu": cpu, "batch_walls": walls,
                 "sha256": hashlib.sha256(arr.tobytes()).hexdigest(), **gemm}
 
@@ -311,7 +355,7 @@ def _no_grad() -> Callable[[], Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--path", required=True, choices=(*TORCH_PATHS, *ONNX_PATHS, "export"))
+    ap.add_argument("--path", required=True, choices=(*TORCH_PATHS, *ONNX_PATHS, "gemm-mlas", "export"))
     ap.add_argument("--model-dir", type=Path, required=True)
     ap.add_argument("--batches", type=Path, required=True)
     ap.add_argument("--threads", default="default")

@@ -12,7 +12,9 @@ MKL's sgemm, another arithmetic); transformers' eager and SDPA attention (`eager
 `sdpa`); torch.compile of the eager model (`compile`); ONNX Runtime and OpenVINO on the same model
 exported to ONNX (`ort`, `openvino`: they need --peer-python, the benchmark-only environment of
 `make bench-peers-env`); and `gemm`, the F.linear rate on the job's own matrix shapes, which
-gives the useful-FLOP fraction of every path in the same run.
+gives the useful-FLOP fraction of every path in the same run. Beside job-onednn and ort, the GEMM
+rates of their own kernels on the same shapes run too (`gemm-onednn`, `gemm-mlas`), so that where
+a peer is faster, the table under it says whether its matrix products are.
 
 Every path gets the same rows and weights: the protocol's calibration and audit pools of the real
 SST-2 validation split (616 rows), tokenised, length-sorted and cut into the job's batches of 16
@@ -62,7 +64,19 @@ from bench_peers_stats import fmt_diff, gemm_fraction, logit_difference, markdow
 WORKER = HERE / "bench_peer_worker.py"
 STANDIN = FIXTURES / "distilbert-minilm-sst2"
 PATHS = ("job", "job-onednn", "eager", "sdpa", "compile", "ort", "openvino")
-PEER_ENV_PATHS = ("ort", "openvino")
+PEER_ENV_PATHS = ("ort", "openvino")  # the benchmark environment's, on the exported ONNX file
+# GEMM references: MKL's always (every path's useful/GEMM fraction is over its rate), and the
+# kernels of the paths that run: oneDNN's beside job-onednn, ONNX Runtime's MLAS beside ort
+GEMM_REFERENCES = {"gemm": ("MKL", None), "gemm-onednn": ("oneDNN", "job-onednn"), "gemm-mlas": ("MLAS", "ort")}
+
+
+def gemm_paths(paths: list[str]) -> list[str]:
+    """The GEMM references a block runs beside `paths`."""
+    return [g for g, (_, beside) in GEMM_REFERENCES.items() if beside is None or beside in paths]
+
+
+def worker_python(path: str, peer_python: str) -> str:
+    return peer_python if path in (*PEER_ENV_PATHS, "gemm-mlas") else sys.executable
 ISA_ENV = {"native": {}, "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
                                   "MKL_ENABLE_INSTRUCTIONS": "AVX2"}}
 READY_TIMEOUT_S = 600.0
@@ -204,7 +218,7 @@ def run_block(p: Prepared, isa: str, threads: str, paths: list[str], python: dic
     workers: dict[str, Worker] = {}
     out: dict[str, Any] = {"model": p.name, "isa": isa, "threads": threads, "load_avg": [load()], "paths": {},
                            "errors": {}}
-    for path in [*paths, "gemm"]:
+    for path in [*paths, *gemm_paths(paths)]:
         argv = ["--model-dir", str(p.model_dir), "--batches", str(p.batches), "--threads", threads]
         if path in PEER_ENV_PATHS:
             argv += ["--onnx", str(p.onnx)]
@@ -249,14 +263,18 @@ def run_block(p: Prepared, isa: str, threads: str, paths: list[str], python: dic
 def summarise(block: dict[str, Any], p: Prepared) -> dict[str, Any]:
     """Figures of every path in a block: spread, rows/s, relative time, GEMM fraction, logits vs the job's."""
     paths = block["paths"]
-    gemm = paths.pop("gemm", None)
     job_logits = np.load(paths["job"]["logits"]) if "job" in paths else None
-    gemm_rate = None
-    if gemm and gemm["passes"]:
-        rates = [g["gemm_flops"] / g["gemm_seconds"] for g in gemm["passes"]]
-        gemm_rate = float(np.median(rates))
-        block["gemm"] = {"gflop_per_s_median": gemm_rate / 1e9, "gflop_per_s_max": max(rates) / 1e9,
-                         "peak_rss_mb": gemm.get("peak_rss_mb"), "info": gemm["info"]}
+    block["gemm_kernels"] = {}
+    for g, (kernel, _) in GEMM_REFERENCES.items():
+        ref = paths.pop(g, None)
+        if ref and ref["passes"]:
+            rates = [x["gemm_flops"] / x["gemm_seconds"] for x in ref["passes"]]
+            block["gemm_kernels"][kernel] = {"gflop_per_s_median": float(np.median(rates)) / 1e9,
+                                             "gflop_per_s_max": max(rates) / 1e9,
+                                             "peak_rss_mb": ref.get("peak_rss_mb"), "info": ref["info"]}
+    if "MKL" in block["gemm_kernels"]:
+        block["gemm"] = block["gemm_kernels"]["MKL"]
+    gemm_rate = block["gemm"]["gflop_per_s_median"] * 1e9 if "gemm" in block else None
     for path, r in paths.items():
         walls = [x["wall"] for x in r["passes"]]
         if not walls:
@@ -313,12 +331,17 @@ def report(blocks: list[dict[str, Any]], prepared: dict[str, Prepared]) -> str:
                                  f"{r['peak_rss_mb']:.0f}", fmt_diff(r["logits_vs_job"])])
                 for path, err in b["errors"].items():
                     rows.append([path, b["threads"], "failed", err, *["-"] * 6])
+            kernels = [f"threads {b['threads']}: " + ", ".join(
+                f"{k} {v['gflop_per_s_median']:.1f}" for k, v in b.get("gemm_kernels", {}).items())
+                for b in blocks if b["model"] == model and b["isa"] == isa and b.get("gemm_kernels")]
             p = prepared[model]
             load_range = [x for b in blocks if b["model"] == model and b["isa"] == isa for x in b["load_avg"]]
             parts.append(f"### {model}, {isa}: {p.rows} rows, {p.useful_flops / 1e9:.1f} useful GFLOP; "
                          f"load average {min(load_range):.2f}–{max(load_range):.2f}\n\n" + markdown_table(
                              ["path", "threads (used)", "median s", "min–max s", "rows/s", "vs job", "useful/GEMM",
-                              "GEMM GFLOP/s", "peak RSS MB", "largest logit diff vs job"], rows))
+                              "GEMM GFLOP/s", "peak RSS MB", "largest logit diff vs job"], rows)
+                         + ("\n\nGEMM rate of each kernel on the job's shapes, GFLOP/s (median of the passes; "
+                            "useful/GEMM is over MKL's): " + "; ".join(kernels) if kernels else ""))
     rows = []
     for model in dict.fromkeys(b["model"] for b in blocks):
         for isa in dict.fromkeys(b["isa"] for b in blocks if b["model"] == model):
@@ -370,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         paths = [p for p in paths if p not in PEER_ENV_PATHS]
         notes.append("ort and openvino left out: no benchmark environment (run `make bench-peers-env`).")
         print(f"note: {notes[-1]}", file=sys.stderr)
-    python = {p: (args.peer_python if p in PEER_ENV_PATHS else sys.executable) for p in [*paths, "gemm"]}
+    python = {p: worker_python(p, args.peer_python) for p in [*paths, *gemm_paths(paths)]}
 
     t0 = time.perf_counter()
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -386,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.models:
         for isa in args.isa:
             for threads in args.threads:
-                print(f"{name}, {isa}, threads {threads}: {', '.join(paths)} + gemm", flush=True)
+                print(f"{name}, {isa}, threads {threads}: {', '.join([*paths, *gemm_paths(paths)])}", flush=True)
                 blocks.append(run_block(prepared[name], isa, threads, paths, python, args.warmup, args.repeats, work,
                                         warmup_batches(prepared[name], args.warmup_batches)))
     from job.runtime import physical_cores, usable_cpus

@@ -7,6 +7,7 @@ and that ONNX Runtime and OpenVINO stay out of the job's locks."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ from tests.factory import make_model as make_tiny_model
 sys.path.insert(0, str(REPO / "scripts"))
 
 import bench_peers
+from bench_peer_worker import GEMM_PATHS
 from bench_peers_stats import fmt_diff, logit_difference, spread
 
 PEER_PACKAGES = ("onnxruntime", "openvino", "onnx")
@@ -159,6 +161,39 @@ def test_onnx_runtime_and_openvino_run_the_exported_model_to_the_jobs_logits(tmp
     assert d["max_abs"] < 1e-4 and d["argmax_changes"] == 0
 
 
+@pytest.mark.slow  # worker processes importing torch (and ONNX Runtime in the benchmark environment)
+@pytest.mark.parametrize("path", ["gemm", "gemm-onednn", "gemm-mlas"])
+def test_each_gemm_reference_times_its_own_kernel_on_every_batchs_real_tokens(tmp_path: Path, path: str) -> None:
+    if path == "gemm-mlas" and not PEER_PYTHON.exists():
+        pytest.skip("no benchmark environment (make bench-peers-env)")
+    model_dir = make_tiny_model(tmp_path / "model")
+    batches = _batches(model_dir, tmp_path / "batches.npz")
+    python = bench_peers.worker_python(path, str(PEER_PYTHON))
+    w = bench_peers.Worker(path, python, ["--model-dir", str(model_dir), "--batches", str(batches),
+                                          "--threads", "1"], bench_peers.worker_env("native"), tmp_path / "w.log")
+    try:
+        ready = w.read(300)["ready"]
+        passes = [w.ask({"op": "pass"}, 300) for _ in range(2)]
+        w.ask({"op": "finish"}, 300)
+    finally:
+        w.stop()
+    config = json.loads((model_dir / "config.json").read_text())
+    d, h, layers = config["dim"], config["hidden_dim"], config["n_layers"]
+    with np.load(batches) as z:
+        tokens = sum(int(z[k].sum()) for k in z.files if k.startswith("mask_"))
+    assert ready["kernel"] == GEMM_PATHS[path] and ready["threads"] == 1
+    for x in passes:  # the FLOPs of every layer's products on each batch's real tokens, timed
+        assert x["gemm_flops"] == 2 * tokens * layers * (4 * d * d + 2 * d * h)
+        assert 0 < x["gemm_seconds"] < x["wall"]
+
+
+def test_the_gemm_references_run_beside_the_paths_whose_kernels_they_are() -> None:
+    assert bench_peers.gemm_paths(["job", "eager"]) == ["gemm"]
+    assert bench_peers.gemm_paths(["job-onednn", "ort", "openvino"]) == ["gemm", "gemm-onednn", "gemm-mlas"]
+    assert bench_peers.worker_python("gemm-mlas", "/peer") == bench_peers.worker_python("ort", "/peer") == "/peer"
+    assert bench_peers.worker_python("gemm-onednn", "/peer") == sys.executable
+
+
 def _locked(path: Path) -> dict[str, list[str]]:
     """{package: its sha256 hashes} of a hash-locked requirements file."""
     out: dict[str, list[str]] = {}
@@ -184,14 +219,15 @@ def test_the_peers_lock_is_hashed_and_apart_from_the_jobs_and_the_verifiers_requ
 
 
 def _block(tmp: Path, threads: str, walls: dict[str, list[float]], logits: dict[str, np.ndarray],
-           gemm: tuple[float, float]) -> dict[str, object]:
+           gemm: tuple[float, float], refs: dict[str, tuple[float, float]] | None = None) -> dict[str, object]:
     paths: dict[str, object] = {}
     for path, w in walls.items():
         np.save(tmp / f"{threads}-{path}.npy", logits[path])
         paths[path] = {"info": {"threads": 2 if threads == "default" else 1}, "warmup": [{"wall": 9.0}],
                        "passes": [{"wall": x, "batch_walls": [x / 4, 3 * x / 4]} for x in w], "peak_rss_mb": 500.0,
                        "logits": str(tmp / f"{threads}-{path}.npy")}
-    paths["gemm"] = {"info": {}, "passes": [{"gemm_flops": gemm[0], "gemm_seconds": gemm[1]}], "peak_rss_mb": 1.0}
+    for ref, (flops, seconds) in {"gemm": gemm, **(refs or {})}.items():
+        paths[ref] = {"info": {}, "passes": [{"gemm_flops": flops, "gemm_seconds": seconds}], "peak_rss_mb": 1.0}
     return {"model": "m", "isa": "native", "threads": threads, "load_avg": [0.1, 0.2], "paths": paths, "errors": {}}
 
 
@@ -214,3 +250,15 @@ def test_the_tables_take_every_figure_from_the_passes_and_the_logits(tmp_path: P
     text = bench_peers.report([one, default], {"m": p})
     assert "| eager | 1 (1) | 6.00 | 6.00–6.00 | 0.3 | 2.00 |" in text
     assert "| m | native | 2 | 3.00 | 1.50 | 0.50 | 0 (all 2 rows bit-identical) |" in text
+
+
+def test_every_kernels_gemm_rate_is_reported_and_the_useful_fraction_stays_over_mkls(tmp_path: Path) -> None:
+    job = np.array([[1.0, -1.0]], dtype=np.float32)
+    p = bench_peers.Prepared("m", tmp_path, tmp_path / "b.npz", [3], 2e11, 1)
+    block = bench_peers.summarise(_block(tmp_path, "1", {"job": [2.0]}, {"job": job}, (4e11, 2.0),
+                                         {"gemm-onednn": (4e11, 1.6), "gemm-mlas": (4e11, 1.25)}), p)
+    assert {k: v["gflop_per_s_median"] for k, v in block["gemm_kernels"].items()} == pytest.approx(
+        {"MKL": 200.0, "oneDNN": 250.0, "MLAS": 320.0})
+    assert block["paths"]["job"]["useful_gemm_fraction"] == pytest.approx(100.0 / 200.0)
+    assert not {"gemm", "gemm-onednn", "gemm-mlas"} & set(block["paths"])
+    assert "threads 1: MKL 200.0, oneDNN 250.0, MLAS 320.0" in bench_peers.report([block], {"m": p})
