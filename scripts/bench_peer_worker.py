@@ -121,8 +121,9 @@ def gemm_forward(model_dir: Path, threads: str, kernel: str = "mkl") -> tuple[Ca
     """Per batch: the seconds all layers' linear layers take at the best measured GEMM speed of
     `kernel`, on M = the batch's real tokens (what the job's packed linear layers see). Kernels: mkl
     (F.linear), onednn (the job's own packed oneDNN layers, job.linear_kernels) and mlas (ONNX
-    Runtime's Gemm with the weight as an initializer, which it packs once, as in its forward; the
-    benchmark environment's Python only). The weights are the same seeded matrices for every kernel."""
+    Runtime's MatMul and Add on a [1, M, in] input, as in the exported forward, with the weight an
+    initializer that it packs once; the benchmark environment's Python only). The weights are the
+    same seeded matrices for every kernel."""
     config = json.loads((model_dir / "config.json").read_text())
     d, h, layers = int(config["dim"]), int(config["hidden_dim"]), int(config["n_layers"])
     rng = np.random.default_rng(0)
@@ -168,14 +169,14 @@ def _gemm_kernel(kernel: str, weights: dict[str, tuple[Any, Any]],
         calls = {}
         for tag, (w, b) in weights.items():
             o, i = w.shape
-            graph = helper.make_graph(
-                [helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)], tag,
-                [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["m", i])],
-                [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", o])],
-                [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+            graph = helper.make_graph(  # MatMul then Add, as in the exported forward's graph
+                [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Add", ["xw", "b"], ["y"])], tag,
+                [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "m", i])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "m", o])],
+                [numpy_helper.from_array(np.ascontiguousarray(w.T), "w"), numpy_helper.from_array(b, "b")])
             model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
             sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-            calls[tag] = (lambda x, s=sess: s.run(None, {"x": x}), lambda x: x)
+            calls[tag] = (lambda x, s=sess: s.run(None, {"x": x}), lambda x: x[None])
         return calls, opts.intra_op_num_threads or "ORT default (physical cores)", contextlib.nullcontext
     import torch
     import torch.nn.functional as F
