@@ -52,7 +52,9 @@ sys.path.insert(0, str(REPO))
 GEMM_PATHS = {"gemm": "mkl", "gemm-onednn": "onednn", "gemm-mlas": "mlas"}  # path -> kernel (gemm_forward)
 TORCH_PATHS = ("job", "job-onednn", "eager", "sdpa", "compile", "gemm", "gemm-onednn")
 ONNX_PATHS = ("ort", "openvino")
+PEER_ENV_PATHS = (*ONNX_PATHS, "gemm-mlas")  # run by the benchmark environment's Python (.bench-venv)
 GEMM_CALLS = 3
+ORT_DEFAULT_THREADS = "ORT default (physical cores)"
 
 
 def load_batches(path: Path) -> list[tuple[Any, Any]]:
@@ -129,7 +131,7 @@ def gemm_forward(model_dir: Path, threads: str, kernel: str = "mkl") -> tuple[Ca
     rng = np.random.default_rng(0)
     weights = {tag: (rng.standard_normal((o, i), dtype=np.float32), rng.standard_normal(o, dtype=np.float32))
                for tag, (o, i) in {"dd": (d, d), "dh": (h, d), "hd": (d, h)}.items()}
-    linear, n, context = _gemm_kernel(kernel, weights, threads)
+    linear, n, context, packed = _gemm_kernel(kernel, weights, threads)
 
     def forward(ids: Any, mask: Any) -> Any:
         m = int(mask.sum())
@@ -150,22 +152,23 @@ def gemm_forward(model_dir: Path, threads: str, kernel: str = "mkl") -> tuple[Ca
         flops = 2 * m * layers * (4 * d * d + 2 * d * h)
         return np.array([[seconds, float(flops)]], dtype=np.float64)
 
-    return forward, {"threads": n, "kernel": kernel, "shapes": {"dim": d, "hidden": h, "layers": layers},
-                     "calls": GEMM_CALLS}
+    return forward, {"threads": n, "kernel": kernel, "packed_weights": packed,
+                     "library": _library_version(kernel),
+                     "shapes": {"dim": d, "hidden": h, "layers": layers}, "calls": GEMM_CALLS}
 
 
 def _gemm_kernel(kernel: str, weights: dict[str, tuple[Any, Any]],
-                 threads: str) -> tuple[dict[str, Any], int | str, Callable[[], Any]]:
-    """Each weight's (product, input conversion) under `kernel`, the threads it runs, and the
-    context its products run in."""
+                 threads: str) -> tuple[dict[str, Any], int | str, Callable[[], Any], int | None]:
+    """Each weight's (product, input conversion) under `kernel`, the threads it runs, the context
+    its products run in, and how many weights run packed in a layout of the kernel's own (None:
+    not known)."""
     import contextlib
 
     if kernel == "mlas":
         import onnxruntime as ort
         from onnx import TensorProto, helper, numpy_helper
 
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = 0 if threads == "default" else int(threads)
+        opts, used = _ort_options(threads)
         calls = {}
         for tag, (w, b) in weights.items():
             o, i = w.shape
@@ -177,7 +180,7 @@ def _gemm_kernel(kernel: str, weights: dict[str, tuple[Any, Any]],
             model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
             sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
             calls[tag] = (lambda x, s=sess: s.run(None, {"x": x}), lambda x: x[None])
-        return calls, opts.intra_op_num_threads or "ORT default (physical cores)", contextlib.nullcontext
+        return calls, used, contextlib.nullcontext, None  # it packs constant weights itself and does not say
     import torch
     import torch.nn.functional as F
 
@@ -190,21 +193,40 @@ def _gemm_kernel(kernel: str, weights: dict[str, tuple[Any, Any]],
         wt, bt = torch.from_numpy(w), torch.from_numpy(b)
         kernels.pack(wt, bt)
         calls[tag] = (lambda x, wt=wt, bt=bt: F.linear(x, wt, bt), torch.from_numpy)
-    return calls, n, kernels.active
+    return calls, n, kernels.active, len(kernels.packed_weights())
+
+
+def _library_version(kernel: str) -> str:
+    """The library whose kernels a GEMM reference ran, with its version."""
+    if kernel == "mlas":
+        import onnxruntime as ort
+
+        return f"onnxruntime {ort.__version__}"
+    import torch
+
+    return f"torch {torch.__version__}"
+
+
+def _ort_options(threads: str) -> tuple[Any, int | str]:
+    """ONNX Runtime's session options at `threads` (its own default where "default"), and the
+    threads that gives, as the report shows them."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()  # graph_optimization_level: ORT_ENABLE_ALL by default
+    opts.intra_op_num_threads = 0 if threads == "default" else int(threads)
+    return opts, opts.intra_op_num_threads or ORT_DEFAULT_THREADS
 
 
 def ort_forward(onnx: Path, threads: str) -> tuple[Callable[..., Any], dict[str, Any]]:
     import onnxruntime as ort
 
-    opts = ort.SessionOptions()  # graph_optimization_level: ORT_ENABLE_ALL by default
-    opts.intra_op_num_threads = 0 if threads == "default" else int(threads)
+    opts, used = _ort_options(threads)
     sess = ort.InferenceSession(str(onnx), opts, providers=["CPUExecutionProvider"])
 
     def forward(ids: Any, mask: Any) -> Any:
         return sess.run(["logits"], {"input_ids": ids, "attention_mask": mask})[0]
 
-    return forward, {"threads": "ORT default (physical cores)" if threads == "default" else int(threads),
-                     "version": ort.__version__, "providers": sess.get_providers(),
+    return forward, {"threads": used, "version": ort.__version__, "providers": sess.get_providers(),
                      "graph_optimization_level": str(opts.graph_optimization_level)}
 
 
@@ -356,7 +378,7 @@ def _no_grad() -> Callable[[], Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--path", required=True, choices=(*TORCH_PATHS, *ONNX_PATHS, "gemm-mlas", "export"))
+    ap.add_argument("--path", required=True, choices=(*TORCH_PATHS, *PEER_ENV_PATHS, "export"))
     ap.add_argument("--model-dir", type=Path, required=True)
     ap.add_argument("--batches", type=Path, required=True)
     ap.add_argument("--threads", default="default")

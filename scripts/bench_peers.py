@@ -59,12 +59,12 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(HERE))
 
 from bench import FIXTURES, PARQUET, POOLS, REAL_CONFIG, cpu_model, full_size_model, load, workload
+from bench_peer_worker import ONNX_PATHS, PEER_ENV_PATHS
 from bench_peers_stats import fmt_diff, gemm_fraction, logit_difference, markdown_table, spread
 
 WORKER = HERE / "bench_peer_worker.py"
 STANDIN = FIXTURES / "distilbert-minilm-sst2"
 PATHS = ("job", "job-onednn", "eager", "sdpa", "compile", "ort", "openvino")
-PEER_ENV_PATHS = ("ort", "openvino")  # the benchmark environment's, on the exported ONNX file
 # GEMM references: MKL's always (every path's useful/GEMM fraction is over its rate), and the
 # kernels of the paths that run: oneDNN's beside job-onednn, ONNX Runtime's MLAS beside ort
 GEMM_REFERENCES = {"gemm": ("MKL", None), "gemm-onednn": ("oneDNN", "job-onednn"), "gemm-mlas": ("MLAS", "ort")}
@@ -76,7 +76,7 @@ def gemm_paths(paths: list[str]) -> list[str]:
 
 
 def worker_python(path: str, peer_python: str) -> str:
-    return peer_python if path in (*PEER_ENV_PATHS, "gemm-mlas") else sys.executable
+    return peer_python if path in PEER_ENV_PATHS else sys.executable
 ISA_ENV = {"native": {}, "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
                                   "MKL_ENABLE_INSTRUCTIONS": "AVX2"}}
 READY_TIMEOUT_S = 600.0
@@ -220,7 +220,7 @@ def run_block(p: Prepared, isa: str, threads: str, paths: list[str], python: dic
                            "errors": {}}
     for path in [*paths, *gemm_paths(paths)]:
         argv = ["--model-dir", str(p.model_dir), "--batches", str(p.batches), "--threads", threads]
-        if path in PEER_ENV_PATHS:
+        if path in ONNX_PATHS:
             argv += ["--onnx", str(p.onnx)]
         workers[path] = Worker(path, python[path], argv, env, work / f"{tag}-{path}.log")
     for path, w in list(workers.items()):
@@ -389,8 +389,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     paths = list(args.paths)
     notes: list[str] = []
-    if any(p in PEER_ENV_PATHS for p in paths) and (args.peer_python == "none" or not Path(args.peer_python).exists()):
-        paths = [p for p in paths if p not in PEER_ENV_PATHS]
+    if any(p in ONNX_PATHS for p in paths) and (args.peer_python == "none" or not Path(args.peer_python).exists()):
+        paths = [p for p in paths if p not in ONNX_PATHS]
         notes.append("ort and openvino left out: no benchmark environment (run `make bench-peers-env`).")
         print(f"note: {notes[-1]}", file=sys.stderr)
     python = {p: worker_python(p, args.peer_python) for p in [*paths, *gemm_paths(paths)]}
@@ -403,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     prepared = {}
     for name in args.models:
         prepared[name] = p = prepare(name, dirs[name](), work, args.batches)
-        if any(x in PEER_ENV_PATHS for x in paths):
+        if any(x in ONNX_PATHS for x in paths):
             p.onnx = export_onnx(p, args.peer_python, args.out.parent / "onnx")
     blocks = []
     for name in args.models:

@@ -182,6 +182,10 @@ def test_each_gemm_reference_times_its_own_kernel_on_every_batchs_real_tokens(tm
     with np.load(batches) as z:
         tokens = sum(int(z[k].sum()) for k in z.files if k.startswith("mask_"))
     assert ready["kernel"] == GEMM_PATHS[path] and ready["threads"] == 1
+    # the library that ran, and the weights in the kernel's own layout: none for MKL's F.linear,
+    # all three for oneDNN (each passed pack's probe); ONNX Runtime does not say
+    assert ready["library"].startswith("onnxruntime " if path == "gemm-mlas" else "torch ")
+    assert ready["packed_weights"] == {"gemm": 0, "gemm-onednn": 3, "gemm-mlas": None}[path]
     for x in passes:  # the FLOPs of every layer's products on each batch's real tokens, timed
         assert x["gemm_flops"] == 2 * tokens * layers * (4 * d * d + 2 * d * h)
         assert 0 < x["gemm_seconds"] < x["wall"]

@@ -235,9 +235,9 @@ def test_netcal_ece_and_mce_equal_the_protocols(name):
     it scores the top label itself; given K = 2 it scores class 1's probability instead, so the
     top-label confidence and correctness are passed as a binary problem. netcal is given the
     probabilities the protocol scores, softmax(log p), not p: numpy's log and exp round by the
-    CPU's instruction set (on an AVX2-only AMD EPYC, 0.9 comes back as 0.8999999999999999, and
-    0.9 then falls in the bin below; p itself passed on AVX-512 machines), so both see the same
-    confidences at and beside the edges."""
+    CPU's instruction set (on an AVX2-only AMD EPYC, 0.9 comes back as 0.8999999999999999 and
+    falls in the bin below, while 0.6, 0.7 and 0.8 stay on their edges; p itself passed on AVX-512
+    machines), so both see the same confidences at and beside the edges."""
     netcal = pytest.importorskip("netcal.metrics")
     if name in EDGES:
         p, y = EDGES[name]
