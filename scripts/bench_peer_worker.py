@@ -124,7 +124,8 @@ def gemm_forward(model_dir: Path, threads: str, kernel: str = "mkl") -> tuple[Ca
     `kernel`, on M = the batch's real tokens (what the job's packed linear layers see). Kernels: mkl
     (F.linear), onednn (the job's own packed oneDNN layers, job.linear_kernels) and mlas (ONNX
     Runtime's MatMul and Add on a [1, M, in] input, as in the exported forward, with the weight an
-    initializer that it packs once; the benchmark environment's Python only). The weights are the
+    initializer that it packs once, the sessions sharing one thread pool; the benchmark
+    environment's Python only). The weights are the
     same seeded matrices for every kernel."""
     config = json.loads((model_dir / "config.json").read_text())
     d, h, layers = int(config["dim"]), int(config["hidden_dim"]), int(config["n_layers"])
@@ -168,7 +169,12 @@ def _gemm_kernel(kernel: str, weights: dict[str, tuple[Any, Any]],
         import onnxruntime as ort
         from onnx import TensorProto, helper, numpy_helper
 
+        # one thread pool for the three sessions, as a forward's one session has: with a pool each,
+        # the idle sessions' spinning threads took the cores from the timed one (on 2 vCPUs the
+        # 768x768 product ran at 73 GFLOP/s beside them, 124-146 alone or on a shared pool)
         opts, used = _ort_options(threads)
+        ort.set_global_thread_pool_sizes(opts.intra_op_num_threads, 1)
+        opts.use_per_session_threads = False
         calls = {}
         for tag, (w, b) in weights.items():
             o, i = w.shape
