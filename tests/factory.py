@@ -17,6 +17,15 @@ REPO = Path(__file__).resolve().parent.parent
 SHARED_FIXTURES = REPO.parent / "shared" / "fixtures"
 
 
+def computes_as_avx2_or_less() -> bool:
+    """Whether this process already computes as an AVX2-only CPU (or less), as on a CPU without
+    AVX-512: then a run limited to AVX2 is not another arithmetic."""
+    import torch
+
+    return str(torch.backends.cpu.get_cpu_capability()) not in {"AVX512", "AVX512_BF16", "AVX512_VNNI",
+                                                                 "AVX512_AMX", "AVX512_FP16"}
+
+
 def make_dataset(path: Path, rows: int = 48, num_labels: int = 2, seed: int = 0,
                  long_rows: int = 1) -> Path:
     """idx int32, sentence string, label int64, like stanfordnlp/sst2; a few rows over 512 tokens."""

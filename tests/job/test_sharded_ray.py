@@ -18,7 +18,7 @@ import pytest
 
 from bundle.dsse import Envelope
 from job.cli import main as job_main
-from tests.factory import REPO, SHARED_FIXTURES
+from tests.factory import REPO, SHARED_FIXTURES, computes_as_avx2_or_less
 from tests.job.test_sweep_ray import _namespaces_available
 from verify.__main__ import main as verify_main
 
@@ -239,14 +239,6 @@ def _world(request: pytest.FixtureRequest) -> tuple[Path | None, Path]:
     return protocol, lock
 
 
-def _limited_here() -> bool:
-    """Whether this process already computes as an AVX2-only CPU (or less): then no node differs."""
-    import torch
-
-    return str(torch.backends.cpu.get_cpu_capability()) not in {"AVX512", "AVX512_BF16", "AVX512_VNNI",
-                                                                 "AVX512_AMX", "AVX512_FP16"}
-
-
 def test_a_node_limited_to_avx2_makes_a_mixed_run_whose_reproduction_here_is_judged_batch_by_batch(
         request: pytest.FixtureRequest, tmp_path: Path, signing_key_dir: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -259,7 +251,7 @@ def test_a_node_limited_to_avx2_makes_a_mixed_run_whose_reproduction_here_is_jud
     from tests.job.shard_cluster import AVX2_ENV
     from tests.job.test_reproduce_levels import line, verify
 
-    if _limited_here():
+    if computes_as_avx2_or_less():
         pytest.skip("this CPU (or this process) computes as AVX2 or less, so an AVX2 node is not another kind")
     protocol, lock = _world(request)
     out = tmp_path / "bundle"
