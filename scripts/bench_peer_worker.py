@@ -125,8 +125,7 @@ def gemm_forward(model_dir: Path, threads: str, kernel: str = "mkl") -> tuple[Ca
     (F.linear), onednn (the job's own packed oneDNN layers, job.linear_kernels) and mlas (ONNX
     Runtime's MatMul and Add on a [1, M, in] input, as in the exported forward, with the weight an
     initializer that it packs once, the sessions sharing one thread pool; the benchmark
-    environment's Python only). The weights are the
-    same seeded matrices for every kernel."""
+    environment's Python only). The weights are the same seeded matrices for every kernel."""
     config = json.loads((model_dir / "config.json").read_text())
     d, h, layers = int(config["dim"]), int(config["hidden_dim"]), int(config["n_layers"])
     rng = np.random.default_rng(0)
