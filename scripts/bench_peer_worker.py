@@ -49,7 +49,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-GEMM_PATHS = {"gemm": "mkl", "gemm-onednn": "onednn", "gemm-mlas": "mlas"}  # path -> kernel (gemm_forward)
+# GEMM references, path -> (kernel of gemm_forward, its label, the paths whose linear layers it runs:
+# none for MKL's, over which every path's GEMM fraction is taken, so that it runs in every block)
+GEMM_REFERENCES = {"gemm": ("mkl", "MKL", ()), "gemm-onednn": ("onednn", "oneDNN", ("job-onednn",)),
+                   "gemm-mlas": ("mlas", "MLAS", ("ort",))}
 TORCH_PATHS = ("job", "job-onednn", "eager", "sdpa", "compile", "gemm", "gemm-onednn")
 ONNX_PATHS = ("ort", "openvino")
 PEER_ENV_PATHS = (*ONNX_PATHS, "gemm-mlas")  # run by the benchmark environment's Python (.bench-venv)
@@ -131,7 +134,7 @@ def gemm_forward(model_dir: Path, threads: str, kernel: str = "mkl") -> tuple[Ca
     rng = np.random.default_rng(0)
     weights = {tag: (rng.standard_normal((o, i), dtype=np.float32), rng.standard_normal(o, dtype=np.float32))
                for tag, (o, i) in {"dd": (d, d), "dh": (h, d), "hd": (d, h)}.items()}
-    linear, n, context, packed = _gemm_kernel(kernel, weights, threads)
+    linear, n, context, packed, library = _gemm_kernel(kernel, weights, threads)
 
     def forward(ids: Any, mask: Any) -> Any:
         m = int(mask.sum())
@@ -153,15 +156,15 @@ def gemm_forward(model_dir: Path, threads: str, kernel: str = "mkl") -> tuple[Ca
         return np.array([[seconds, float(flops)]], dtype=np.float64)
 
     return forward, {"threads": n, "kernel": kernel, "packed_weights": packed,
-                     "library": _library_version(kernel),
+                     "library": library,
                      "shapes": {"dim": d, "hidden": h, "layers": layers}, "calls": GEMM_CALLS}
 
 
 def _gemm_kernel(kernel: str, weights: dict[str, tuple[Any, Any]],
-                 threads: str) -> tuple[dict[str, Any], int | str, Callable[[], Any], int | None]:
+                 threads: str) -> tuple[dict[str, Any], int | str, Callable[[], Any], int | None, str]:
     """Each weight's (product, input conversion) under `kernel`, the threads it runs, the context
-    its products run in, and how many weights run packed in a layout of the kernel's own (None:
-    not known)."""
+    its products run in, how many weights run packed in a layout of the kernel's own (None: not
+    known), and the library whose kernels they are, with its version."""
     import contextlib
 
     if kernel == "mlas":
@@ -185,7 +188,8 @@ def _gemm_kernel(kernel: str, weights: dict[str, tuple[Any, Any]],
             model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
             sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
             calls[tag] = (lambda x, s=sess: s.run(None, {"x": x}), lambda x: x[None])
-        return calls, used, contextlib.nullcontext, None  # it packs constant weights itself and does not say
+        # it packs constant weights itself and does not say
+        return calls, used, contextlib.nullcontext, None, f"onnxruntime {ort.__version__}"
     import torch
     import torch.nn.functional as F
 
@@ -198,18 +202,7 @@ def _gemm_kernel(kernel: str, weights: dict[str, tuple[Any, Any]],
         wt, bt = torch.from_numpy(w), torch.from_numpy(b)
         kernels.pack(wt, bt)
         calls[tag] = (lambda x, wt=wt, bt=bt: F.linear(x, wt, bt), torch.from_numpy)
-    return calls, n, kernels.active, len(kernels.packed_weights())
-
-
-def _library_version(kernel: str) -> str:
-    """The library whose kernels a GEMM reference ran, with its version."""
-    if kernel == "mlas":
-        import onnxruntime as ort
-
-        return f"onnxruntime {ort.__version__}"
-    import torch
-
-    return f"torch {torch.__version__}"
+    return calls, n, kernels.active, len(kernels.packed_weights()), f"torch {torch.__version__}"
 
 
 def _ort_options(threads: str) -> tuple[Any, int | str]:
@@ -260,8 +253,8 @@ def build(path: str, model_dir: Path, threads: str, onnx: Path | None) -> tuple[
         return job_forward(model_dir, threads, onednn=path == "job-onednn")
     if path in ("eager", "sdpa", "compile"):
         return hf_forward(model_dir, threads, "sdpa" if path == "sdpa" else "eager", path == "compile")
-    if path in GEMM_PATHS:
-        return gemm_forward(model_dir, threads, GEMM_PATHS[path])
+    if path in GEMM_REFERENCES:
+        return gemm_forward(model_dir, threads, GEMM_REFERENCES[path][0])
     if onnx is None:
         raise ValueError(f"the {path} path needs --onnx")
     return (ort_forward if path == "ort" else openvino_forward)(onnx, threads)
@@ -315,7 +308,7 @@ class Session:
             for ids, mask in (self.batches if subset is None else [self.batches[i] for i in subset]):
                 b0 = time.perf_counter()
                 out = as_numpy(self.forward(ids, mask))  # gemm: float64 [[seconds, flops]]
-                logits.append(out if self.path in GEMM_PATHS else np.asarray(out, dtype=np.float32))
+                logits.append(out if self.path in GEMM_REFERENCES else np.asarray(out, dtype=np.float32))
                 walls.append(time.perf_counter() - b0)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         arr = np.concatenate(logits)
@@ -326,7 +319,7 @@ class Session:
         else:
             self.identical = self.identical and np.array_equal(arr, self.first)
         gemm = ({"gemm_seconds": float(arr[:, 0].sum()), "gemm_flops": float(arr[:, 1].sum())}
-                if self.path in GEMM_PATHS else {})
+                if self.path in GEMM_REFERENCES else {})
         return {"wall": sum(walls), "loop_wall": wall, "cpu": cpu, "batch_walls": walls,
                 "sha256": hashlib.sha256(arr.tobytes()).hexdigest(), **gemm}
 

@@ -59,20 +59,17 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(HERE))
 
 from bench import FIXTURES, PARQUET, POOLS, REAL_CONFIG, cpu_model, full_size_model, load, workload
-from bench_peer_worker import ONNX_PATHS, PEER_ENV_PATHS
+from bench_peer_worker import GEMM_REFERENCES, ONNX_PATHS, PEER_ENV_PATHS
 from bench_peers_stats import fmt_diff, gemm_fraction, logit_difference, markdown_table, spread
 
 WORKER = HERE / "bench_peer_worker.py"
 STANDIN = FIXTURES / "distilbert-minilm-sst2"
 PATHS = ("job", "job-onednn", "eager", "sdpa", "compile", "ort", "openvino")
-# GEMM references: MKL's always (every path's useful/GEMM fraction is over its rate), and the
-# kernels of the paths that run: oneDNN's beside job-onednn, ONNX Runtime's MLAS beside ort
-GEMM_REFERENCES = {"gemm": ("MKL", None), "gemm-onednn": ("oneDNN", "job-onednn"), "gemm-mlas": ("MLAS", "ort")}
 
 
 def gemm_paths(paths: list[str]) -> list[str]:
     """The GEMM references a block runs beside `paths`."""
-    return [g for g, (_, beside) in GEMM_REFERENCES.items() if beside is None or beside in paths]
+    return [g for g, (_, _, beside) in GEMM_REFERENCES.items() if not beside or set(beside) & set(paths)]
 
 
 def worker_python(path: str, peer_python: str) -> str:
@@ -265,7 +262,7 @@ def summarise(block: dict[str, Any], p: Prepared) -> dict[str, Any]:
     paths = block["paths"]
     job_logits = np.load(paths["job"]["logits"]) if "job" in paths else None
     block["gemm_kernels"] = {}
-    for g, (kernel, _) in GEMM_REFERENCES.items():
+    for g, (_, kernel, _) in GEMM_REFERENCES.items():
         ref = paths.pop(g, None)
         if ref and ref["passes"]:
             rates = [x["gemm_flops"] / x["gemm_seconds"] for x in ref["passes"]]

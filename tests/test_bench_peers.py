@@ -21,7 +21,7 @@ from tests.factory import make_model as make_tiny_model
 sys.path.insert(0, str(REPO / "scripts"))
 
 import bench_peers
-from bench_peer_worker import GEMM_PATHS
+from bench_peer_worker import GEMM_REFERENCES
 from bench_peers_stats import fmt_diff, logit_difference, spread
 
 PEER_PACKAGES = ("onnxruntime", "openvino", "onnx")
@@ -181,7 +181,7 @@ def test_each_gemm_reference_times_its_own_kernel_on_every_batchs_real_tokens(tm
     d, h, layers = config["dim"], config["hidden_dim"], config["n_layers"]
     with np.load(batches) as z:
         tokens = sum(int(z[k].sum()) for k in z.files if k.startswith("mask_"))
-    assert ready["kernel"] == GEMM_PATHS[path] and ready["threads"] == 1
+    assert ready["kernel"] == GEMM_REFERENCES[path][0] and ready["threads"] == 1
     # the library that ran, and the weights in the kernel's own layout: none for MKL's F.linear,
     # all three for oneDNN (each passed pack's probe); ONNX Runtime does not say
     assert ready["library"].startswith("onnxruntime " if path == "gemm-mlas" else "torch ")
