@@ -49,8 +49,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-# GEMM references, path -> (kernel of gemm_forward, its label, the paths whose linear layers it runs:
-# none for MKL's, over which every path's GEMM fraction is taken, so that it runs in every block)
+# GEMM references, path -> (kernel of gemm_forward, its label, the paths it runs beside, whose linear
+# layers run on that kernel: none for MKL's, over which every path's GEMM fraction is taken, so that
+# it runs in every block)
 GEMM_REFERENCES = {"gemm": ("mkl", "MKL", ()), "gemm-onednn": ("onednn", "oneDNN", ("job-onednn",)),
                    "gemm-mlas": ("mlas", "MLAS", ("ort",))}
 TORCH_PATHS = ("job", "job-onednn", "eager", "sdpa", "compile", "gemm", "gemm-onednn")
@@ -188,8 +189,8 @@ def _gemm_kernel(kernel: str, weights: dict[str, tuple[Any, Any]],
             model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
             sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
             calls[tag] = (lambda x, s=sess: s.run(None, {"x": x}), lambda x: x[None])
-        # it packs constant weights itself and does not say
-        return calls, used, contextlib.nullcontext, None, f"onnxruntime {ort.__version__}"
+        packed = None  # it packs constant weights itself and does not say
+        return calls, used, contextlib.nullcontext, packed, f"onnxruntime {ort.__version__}"
     import torch
     import torch.nn.functional as F
 

@@ -262,13 +262,13 @@ def summarise(block: dict[str, Any], p: Prepared) -> dict[str, Any]:
     paths = block["paths"]
     job_logits = np.load(paths["job"]["logits"]) if "job" in paths else None
     block["gemm_kernels"] = {}
-    for g, (_, kernel, _) in GEMM_REFERENCES.items():
+    for g, (_, label, _) in GEMM_REFERENCES.items():
         ref = paths.pop(g, None)
         if ref and ref["passes"]:
             rates = [x["gemm_flops"] / x["gemm_seconds"] for x in ref["passes"]]
-            block["gemm_kernels"][kernel] = {"gflop_per_s_median": float(np.median(rates)) / 1e9,
-                                             "gflop_per_s_max": max(rates) / 1e9,
-                                             "peak_rss_mb": ref.get("peak_rss_mb"), "info": ref["info"]}
+            block["gemm_kernels"][label] = {"gflop_per_s_median": float(np.median(rates)) / 1e9,
+                                            "gflop_per_s_max": max(rates) / 1e9,
+                                            "peak_rss_mb": ref.get("peak_rss_mb"), "info": ref["info"]}
     if "MKL" in block["gemm_kernels"]:
         block["gemm"] = block["gemm_kernels"]["MKL"]
     gemm_rate = block["gemm"]["gflop_per_s_median"] * 1e9 if "gemm" in block else None
