@@ -69,8 +69,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument("--threads", type=int, metavar="N",
                      help="torch threads, at most the protocol's torch_threads (default: the physical cores "
-                          "this process may run on, up to that bound); on some CPUs the logits' last bits "
-                          "depend on it, and job reproduce re-runs at the count the bundle records")
+                          "this process may run on, up to that bound): N batches run at once, each forward "
+                          "on one thread, so the logits do not depend on N")
     run.add_argument("--license", default=DEFAULT_LICENSE, metavar="URL",
                      help=f"licence of the bundle's files, an SPDX URL (default: {DEFAULT_LICENSE})")
     run.add_argument("--publisher", default=DEFAULT_PUBLISHER, metavar="'NAME <URL>'",

@@ -51,7 +51,8 @@ class Engine(Protocol):
 
 
 class LocalEngine:
-    """The model loaded in this process; every batch runs here, one after another."""
+    """The model loaded in this process; every batch runs here, as many at once as the settings'
+    thread layout runs (job.runtime.Settings.forward_workers)."""
 
     def __init__(self, resources: Resources, s: Settings) -> None:
         self.resources, self.settings = resources, s
@@ -65,7 +66,8 @@ class LocalEngine:
 
     def run(self, pool: str, tokens: Tokens, plan: Sequence[Sequence[int]], progress: str | None = None,
             temperature_sha256: str | None = None) -> NDArray[np.float32]:
-        return run_batches(self.model.forward, self.model.pad_id, tokens, plan, progress)
+        return run_batches(self.model.forward, self.model.pad_id, tokens, plan, progress,
+                           self.settings.forward_workers)
 
     def forward_check(self, texts: list[str], keys: list[str]) -> dict[str, Any] | None:
         return check_packed_forward(self.model, self.resources.model, self.settings, texts, keys)

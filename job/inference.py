@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Protocol, cast
 
 import numpy as np
 from numpy.typing import NDArray
 from tqdm import tqdm
 
-from job.batching import Tokens, batch_plan
+from job.batching import Batch, Tokens, batch_plan
 from job.predictions import PoolOutput
 from job.process import release_free_memory
-from job.runtime import Settings
+from job.runtime import Settings, one_thread_per_forward
 
 
 class Forward(Protocol):
@@ -40,8 +42,10 @@ def run_pool(forward: Forward, pad_id: int, tokens: Tokens, keys: Sequence[str],
     """Logits for every row in pool order, computed batch by batch in the protocol's order.
 
     Each batch is right-padded to its longest row with an attention mask, as the protocol says;
-    batches are assembled with array operations (no per-row tensors) and passed to `forward`."""
-    return pool_output(tokens, keys, s, lambda plan: run_batches(forward, pad_id, tokens, plan, progress))
+    batches are assembled with array operations (no per-row tensors) and passed to `forward`, as
+    many at once as the settings' thread layout runs (Settings.forward_workers)."""
+    return pool_output(tokens, keys, s, lambda plan: run_batches(forward, pad_id, tokens, plan, progress,
+                                                                  s.forward_workers))
 
 
 def pool_output(tokens: Tokens, keys: Sequence[str], s: Settings,
@@ -58,31 +62,82 @@ def pool_output(tokens: Tokens, keys: Sequence[str], s: Settings,
 
 
 def run_batches(forward: Forward, pad_id: int, tokens: Tokens, plan: Sequence[Sequence[int]],
-                progress: str | None = None) -> NDArray[np.float32]:
+                progress: str | None = None, workers: int = 1) -> NDArray[np.float32]:
     """Logits [rows of `tokens`, K] of the rows of `plan`, one forward per batch, rows in the order given.
 
     The one inference loop: a run uses it on its own batch plan, a reproduction on the plan the
-    bundle records. Rows that are in no batch keep NaN logits. Only one batch's token ids exist at
-    a time when `tokens` tokenises per batch (job.batching.Tokenized)."""
+    bundle records. Rows that are in no batch keep NaN logits. With `workers` > 1 that many batches
+    run at once, each forward on one torch thread (job.runtime.one_thread_per_forward), the largest
+    first; a batch's logits do not depend on which others run beside it or when, so they are those
+    of one thread running the batches one by one. At most `workers` batches' token ids exist at a
+    time when `tokens` tokenises per batch (job.batching.Tokenized), one when `workers` is 1."""
     import torch  # deferred: torch loads only where a model runs
 
     n = len(tokens.lengths)
     logits: NDArray[np.float32] | None = None
     bar = tqdm(total=sum(len(rows) for rows in plan), desc=progress, unit="row", disable=progress is None,
                leave=False)
-    with torch.inference_mode():
-        for batch in plan:
-            rows = list(batch)
-            b = tokens.batch(rows, pad_id)
-            # A token source gives type ids only for a model whose forward takes them (job.model.Model).
-            out = forward(b.ids, b.mask) if b.types is None else cast(SegmentForward, forward)(b.ids, b.mask, b.types)
-            if logits is None:
-                logits = np.full((n, out.shape[1]), np.nan, dtype=np.float32)
-            logits[rows] = out.numpy()
-            bar.update(len(rows))
-            del out
+
+    def store(rows: list[int], out: Any) -> None:
+        nonlocal logits
+        if logits is None:
+            logits = np.full((n, out.shape[1]), np.nan, dtype=np.float32)
+        logits[rows] = out.numpy()
+        bar.update(len(rows))
+
+    if workers > 1 and len(plan) > 1:
+        _run_concurrently(forward, pad_id, tokens, plan, workers, store)
+    else:
+        with torch.inference_mode():
+            for batch in plan:
+                rows = list(batch)
+                store(rows, _call(forward, tokens.batch(rows, pad_id)))
     bar.close()
     release_free_memory()  # the pool's activation buffers, kept for reuse across its batches
     if logits is None:
         raise ValueError("run_batches needs at least one batch")
     return logits
+
+
+def _call(forward: Forward, b: Batch) -> Any:
+    """`forward` on one padded batch, with its type ids where the token source gives them."""
+    # A token source gives type ids only for a model whose forward takes them (job.model.Model).
+    return forward(b.ids, b.mask) if b.types is None else cast(SegmentForward, forward)(b.ids, b.mask, b.types)
+
+
+def largest_first(tokens: Tokens, plan: Sequence[Sequence[int]]) -> list[int]:
+    """The batches' indices by padded size (rows x longest row), largest first, ties in plan order:
+    the order in which concurrent workers finish together soonest (the longest batch does not
+    start last)."""
+    size = [len(rows) * int(tokens.lengths[list(rows)].max(initial=0)) for rows in plan]
+    return sorted(range(len(plan)), key=lambda b: (-size[b], b))
+
+
+def _run_concurrently(forward: Forward, pad_id: int, tokens: Tokens, plan: Sequence[Sequence[int]], workers: int,
+                      store: Callable[[list[int], Any], None]) -> None:
+    """Every batch of `plan` through `forward` on `workers` threads, each forward on one torch
+    thread; at most `workers` batches are in flight, built here while the others run. The first
+    error a forward raises is raised here once the batches in flight have ended; none after it starts."""
+    import torch  # deferred: torch loads only where a model runs
+
+    def run(b: Batch) -> Any:
+        with torch.inference_mode():  # thread-local in torch: each worker enters its own
+            return _call(forward, b)
+
+    order = iter(largest_first(tokens, plan))
+    with one_thread_per_forward(), ThreadPoolExecutor(workers, thread_name_prefix="forward", initializer=torch.set_num_threads,
+                                                      initargs=(1,)) as pool:
+        flying: dict[Future[Any], list[int]] = {}
+        try:
+            while True:
+                for i in itertools.islice(order, workers - len(flying)):
+                    rows = list(plan[i])
+                    flying[pool.submit(run, tokens.batch(rows, pad_id))] = rows
+                if not flying:
+                    return
+                done, _ = wait(flying, return_when=FIRST_COMPLETED)
+                for future in done:
+                    store(flying.pop(future), future.result())
+        finally:
+            for future in flying:
+                future.cancel()

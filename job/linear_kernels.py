@@ -23,6 +23,7 @@ do not (another kernel), so one-row products read the plain weight."""
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -70,6 +71,10 @@ class LinearKernels:
         self.name = name
         # plain weight's storage -> (the plain weight, held so that its storage stays its own; packed)
         self._packed: dict[_Storage, tuple[Any, Any]] = {}
+        # active(): how many blocks are open, on any thread, and torch's own F.linear while any is
+        self._lock = threading.Lock()
+        self._open = 0
+        self._own: Any = None
 
     def pack(self, weight: Any, bias: Any = None) -> bool:
         """Prepare `weight` [out, in] (with `bias`) for the linear layers; True when it was packed.
@@ -105,15 +110,23 @@ class LinearKernels:
     def active(self) -> Iterator[None]:
         """For the length of the block, every `torch.nn.functional.linear` runs on these kernels: the
         packed forward's linear layers and transformers' `nn.Linear`, which both look it up in that
-        module at call time."""
+        module at call time. Blocks may overlap on several threads (forwards of concurrent
+        batches): the kernels stay in place until the last open block ends."""
         if self.name == DEFAULT:
             yield
             return
         import torch.nn.functional as F  # deferred: torch loads only where a model runs
 
-        own = F.linear
-        F.linear = self._linear  # type: ignore[assignment]  # same call signature, other kernels
+        with self._lock:
+            if self._open == 0:
+                self._own = F.linear
+                F.linear = self._linear  # type: ignore[assignment]  # same call signature, other kernels
+            self._open += 1
         try:
             yield
         finally:
-            F.linear = own
+            with self._lock:
+                self._open -= 1
+                if self._open == 0:
+                    F.linear = self._own
+                    self._own = None

@@ -39,7 +39,7 @@ from job.publishing.ledger import Ledger
 from job.records import metrics_record, pools_record, stage_record, temperature_record, trajectory_record
 from job.resources import Resources
 from job.rocrate import Publication, crate_bytes
-from job.runtime import Settings
+from job.runtime import OPERATORS, Settings
 from job.sharded import ShardOptions
 from job.split import Pool, make_pools
 from job.stability import stability_record
@@ -114,10 +114,14 @@ def as_written(doc: Any) -> Any:
 
 def run_settings(protocol: Protocol, threads: int | None = None, shard: ShardOptions | None = None) -> Settings:
     """The run's inference settings: the one place its thread count is chosen (raises JobError on a
-    bad --threads). On a cluster the workers run the model, each with --worker-cpus threads: that is
-    the run's thread count (environment.json `threads`, checked against the torch the workers report)."""
-    workers = shard.worker_cpus if shard is not None else None
-    return Settings.from_protocol(protocol.inference, workers if workers is not None else threads)
+    bad --threads). Here, the BATCHES layout: as many batches at once as threads, each forward on
+    one. On a cluster the workers run the model, each its batches one at a time with --worker-cpus
+    threads (the OPERATORS layout): that is the run's thread count (environment.json `threads`,
+    checked against the torch the workers report)."""
+    if shard is None:
+        return Settings.from_protocol(protocol.inference, threads)
+    workers = shard.worker_cpus if shard.worker_cpus is not None else threads
+    return Settings.from_protocol(protocol.inference, workers, layout=OPERATORS)
 
 
 @dataclass

@@ -45,7 +45,7 @@ from job.publishing.signing_keys import load_private_key
 from job.reproduced_figures import TABLE_INPUTS, recomputed_changes
 from job.resources import Resources, check_resources
 from job.row_inputs import INPUT_FIELDS, InputDifference, differing_fields, input_differences
-from job.runtime import Settings
+from job.runtime import BATCHES, LAYOUTS, OPERATORS, Settings
 from job.sharded import ShardOptions
 from job.split import make_pools
 from job.spot_sample import draw_batches
@@ -97,6 +97,7 @@ class Finding:
     inputs_checked: dict[str, int]  # field -> rows checked, over both pools
     input_differences: list[InputDifference]
     cluster: dict[str, Any] | None = None  # the reproducer's workers and the batches each re-ran (sharded)
+    thread_layout: str = OPERATORS  # how the re-run's forwards used its threads (job.runtime.ThreadChoice.layout)
 
     @property
     def rows(self) -> int:
@@ -205,8 +206,7 @@ def rerun(bundle: VerifiedBundle, protocol: Protocol, resources: Resources, samp
 
     idx, text hash and label are compared on every row of both pools (they need no inference);
     token counts and truncation on the rows tokenised for the batches run; logits on those rows."""
-    s = Settings.from_protocol(protocol.inference, signer_threads(bundle.json(layout.ENVIRONMENT_JSON),
-                                                                  protocol.inference.torch_threads))
+    s = rerun_settings(bundle.json(layout.ENVIRONMENT_JSON), protocol, shard)
     rows = load_rows([f.local for f in resources.dataset.files], resources.dataset_spec, protocol.dataset)
     pools = make_pools(protocol.prefix, rows.ids, protocol.split.pools)
     recorded = {name: bundle.pool(name) for name in POOLS}
@@ -237,7 +237,35 @@ def rerun(bundle: VerifiedBundle, protocol: Protocol, resources: Resources, samp
         cluster = recorded_batches(engine.cluster(), ran)
     order_of = {f: i for i, f in enumerate(INPUT_FIELDS)}
     differences.sort(key=lambda d: (POOLS.index(d.pool), order_of[d.field]))
-    return Finding(results, {f: checked[f] for f in INPUT_FIELDS if f in checked}, differences, cluster)
+    return Finding(results, {f: checked[f] for f in INPUT_FIELDS if f in checked}, differences, cluster, s.layout)
+
+
+def rerun_settings(signer: dict[str, Any], protocol: Protocol, shard: ShardOptions | None) -> Settings:
+    """The re-run's settings, so that an honest re-run on the signer's kind of CPU is bit-identical.
+    A bundle whose batches ran in the BATCHES layout ran each forward on one thread: the re-run does
+    the same, at this machine's thread count. Otherwise (OPERATORS, a cluster's workers, bundles
+    written before the layout was recorded) each forward ran on the recorded count of threads:
+    the re-run uses that count (signer_threads), one batch at a time. On a cluster the reproducer's
+    workers run their batches one at a time."""
+    recorded = signer_layout(signer)
+    if shard is not None:
+        return Settings.from_protocol(protocol.inference, None if recorded == BATCHES else
+                                      signer_threads(signer, protocol.inference.torch_threads), layout=OPERATORS)
+    if recorded == BATCHES:
+        return Settings.from_protocol(protocol.inference, layout=BATCHES)
+    return Settings.from_protocol(protocol.inference, signer_threads(signer, protocol.inference.torch_threads),
+                                  layout=OPERATORS)
+
+
+def signer_layout(signer: dict[str, Any]) -> str:
+    """How the signer's forwards used their threads: `threads.layout` where environment.json
+    records one (job.runtime.ThreadChoice), OPERATORS for a cluster's workers and for bundles
+    written before the layout was recorded."""
+    threads = signer.get("threads")
+    if isinstance(signer.get("cluster"), dict) or not isinstance(threads, dict):
+        return OPERATORS
+    found = threads.get("layout", OPERATORS)
+    return found if found in LAYOUTS else OPERATORS
 
 
 def signer_threads(signer: dict[str, Any], bound: int) -> int | None:
@@ -273,14 +301,16 @@ def first_differences(finding: Finding, recorded_idx: dict[str, list[int]]) -> l
     return out
 
 
-def environment() -> dict[str, Any]:
-    """Where the re-run happened: versions, CPU, threads, image, commit and the arithmetic used."""
+def environment(thread_layout: str) -> dict[str, Any]:
+    """Where the re-run happened: versions, CPU, threads and how its forwards used them, image,
+    commit and the arithmetic used."""
     import torch  # deferred: the reproducer's torch is loaded by the re-run; this only reads its thread count
 
     return {"python": platform.python_version(), "torch": package_version("torch"),
             "transformers": package_version("transformers"), "numpy": package_version("numpy"),
             "cpu_model": cpu_model(),
-            "threads": int(torch.get_num_threads()), "image": os.environ.get("CALIBRATION_IMAGE"),
+            "threads": int(torch.get_num_threads()), "thread_layout": thread_layout,
+            "image": os.environ.get("CALIBRATION_IMAGE"),
             "git_commit": git_commit(), "arithmetic": arithmetic_record()}
 
 
@@ -320,7 +350,7 @@ def predicate(options: ReproduceOptions, protocol: Protocol, resources: Resource
     is the bundle's environment.json (its arithmetic and, for a sharded run, its cluster)."""
     tolerance, source = protocol.logit_tolerance
     sampled = options.sample is not None
-    env = environment()
+    env = environment(finding.thread_layout)
     verdict = grade(finding.same == finding.rows, finding.largest_abs, tolerance, finding.predictions_changed,
                     bool(finding.input_differences))
     return {

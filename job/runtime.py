@@ -8,7 +8,7 @@ import contextlib
 import math
 import os
 import sys
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Iterable, Iterator, MutableMapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,21 +55,36 @@ def cpu_quota(cpu_max: Path = CGROUP_CPU_MAX) -> int | None:
     return max(1, math.ceil(int(quota) / int(period)))
 
 
+BATCHES = "batches"
+"""Thread layout: `used` batches run at once, each forward on one torch thread."""
+OPERATORS = "operators"
+"""Thread layout: one batch at a time, each operator on `used` torch threads (every run before the
+layout was recorded)."""
+LAYOUTS = (BATCHES, OPERATORS)
+
+
 @dataclass(frozen=True)
 class ThreadChoice:
-    """How many torch threads a run uses and why, as data/environment.json records it (threads).
+    """How many torch threads a run uses, why, and how its forwards use them, as
+    data/environment.json records it (threads).
 
     The protocol's torch_threads is an upper bound, not the count: more threads than cores only slow
-    a run down (a formal run on 2 cores took 233-239 s at 4 threads against 18-20 s at 2). On AMD
-    EPYC the packed forward's logits are bit-identical at 1 to 4 threads; on an Intel Xeon MKL
-    rounds some products differently at 1 and 2 threads (docs/PERFORMANCE.md), so `job reproduce`
-    re-runs at the count the bundle records."""
+    a run down (a formal run on 2 cores took 233-239 s at 4 threads against 18-20 s at 2).
+
+    layout: BATCHES, the default, runs `used` batches at once, each forward on one thread, so a
+    batch's logits are those of one thread on any CPU and any count. OPERATORS runs one batch at a
+    time with every operator on `used` threads: on AMD EPYC its logits are bit-identical at 1 to 4
+    threads, on an Intel Xeon MKL rounds some products differently at 1 and 2 threads
+    (docs/PERFORMANCE.md), so `job reproduce` re-runs a bundle at the count and layout it records.
+    BATCHES was 1.16 times as fast at 2 threads on an AMD EPYC (docs/PERFORMANCE.md, "Two batches
+    at once"): a forward's small products scale across threads worse than whole batches do."""
 
     used: int
     chosen_by: str  # "--threads" or "physical cores"
     protocol_bound: int
     physical_cores: int
     cpu_quota: int | None
+    layout: str = BATCHES
 
     def record(self) -> dict[str, Any]:
         """environment.json's `threads`."""
@@ -77,18 +92,20 @@ class ThreadChoice:
 
     @classmethod
     def choose(cls, bound: int, requested: int | None = None, *, cores: int | None = None,
-               quota: int | None = None) -> ThreadChoice:
+               quota: int | None = None, layout: str = BATCHES) -> ThreadChoice:
         """requested (--threads) when given, which must lie in 1..bound; else the physical cores
         the process may run on, within its cgroup quota, at most `bound`. Without `cores`, the
         cores and quota are this machine's."""
+        if layout not in LAYOUTS:
+            raise ValueError(f"unknown thread layout {layout!r}; one of {', '.join(LAYOUTS)}")
         if cores is None:
             cores, quota = physical_cores(usable_cpus()), cpu_quota()
         if requested is not None:
             if not 1 <= requested <= bound:
                 raise JobError(f"--threads {requested} is outside 1..{bound}: the protocol's torch_threads "
                                f"({bound}) is the most threads a run may use; pass a count in that range.")
-            return cls(requested, "--threads", bound, cores, quota)
-        return cls(max(1, min(bound, cores, quota or cores)), "physical cores", bound, cores, quota)
+            return cls(requested, "--threads", bound, cores, quota, layout)
+        return cls(max(1, min(bound, cores, quota or cores)), "physical cores", bound, cores, quota, layout)
 
 
 @dataclass(frozen=True)
@@ -104,13 +121,22 @@ class Settings:
     deterministic: bool
     thread_choice: ThreadChoice | None = None  # how `threads` was chosen (None: set directly)
     linear_kernels: str = LINEAR_DEFAULT  # job.linear_kernels: whose kernels run the linear layers
+    layout: str = BATCHES  # how a pool's forwards use the threads (ThreadChoice.layout)
+
+    @property
+    def forward_workers(self) -> int:
+        """How many of a pool's batches run at once (job.inference.run_batches): `threads` under
+        the BATCHES layout, each forward on one thread; 1 under OPERATORS."""
+        return self.threads if self.layout == BATCHES else 1
 
     @classmethod
-    def from_protocol(cls, inference: InferenceSpec, threads: int | None = None) -> Settings:
-        """The settings of a run; threads: the run's --threads (default: see ThreadChoice.choose)."""
+    def from_protocol(cls, inference: InferenceSpec, threads: int | None = None,
+                      layout: str = BATCHES) -> Settings:
+        """The settings of a run; threads: the run's --threads (default: see ThreadChoice.choose);
+        layout: how its forwards use them (a re-run takes the bundle's)."""
         if inference.device != "cpu" or inference.dtype != "float32":
             raise JobError("This job runs on CPU in float32 only; set device cpu and dtype float32 in the protocol.")
-        choice = ThreadChoice.choose(inference.torch_threads, threads)
+        choice = ThreadChoice.choose(inference.torch_threads, threads, layout=layout)
         return cls(
             threads=choice.used,
             thread_choice=choice,
@@ -121,7 +147,26 @@ class Settings:
             seed=inference.seed,
             deterministic=inference.deterministic_algorithms,
             linear_kernels=inference.linear_kernels,
+            layout=layout,
         )
+
+
+@contextlib.contextmanager
+def one_thread_per_forward() -> Iterator[None]:
+    """For the length of the block, each thread started inside it runs its torch operators on itself
+    alone; afterwards the process's thread count is what it was.
+
+    torch.set_num_threads sets the count every new thread starts from (and MKL's, which is
+    process-wide); a thread takes it at its first parallel operator. So the block's worker threads
+    must start inside it, and nothing else may run torch operators while it lasts."""
+    import torch  # deferred: torch loads only where a model runs
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def bounded_thread_waits(environ: MutableMapping[str, str] = os.environ) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from job.hub import default_cache
 from job.model import load_model, model_directory
 from job.protocol import AUDIT, Protocol
 from job.resources import Resources, check_resources, resolve_hub, resolve_local
-from job.runtime import Settings, configure_torch
+from job.runtime import OPERATORS, Settings, configure_torch
 
 WORKER_PACKAGES = ("torch", "transformers", "tokenizers", "numpy", "safetensors")
 
@@ -102,7 +102,7 @@ class ShardWorker:
         base = Settings.from_protocol(protocol.inference)
         self.settings = Settings(setup.threads, base.interop_threads, base.attn_implementation, base.batch_size,
                                  base.max_length, base.seed, base.deterministic,
-                                 linear_kernels=base.linear_kernels)
+                                 linear_kernels=base.linear_kernels, layout=OPERATORS)
         self.torch_info = configure_torch(self.settings)
         with model_directory(self.resources.model) as model_dir:
             self.model = load_model(model_dir, self.settings)

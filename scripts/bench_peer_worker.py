@@ -13,7 +13,9 @@ no library's print can corrupt the exchange):
 
 A pass runs every batch of B.npz (`ids_<i>`, `mask_<i>`: right-padded int64 [rows, longest], in
 the job's batch order) through the path's forward and times each call, the conversion of the
-logits to a float32 numpy array included. The first full pass's logits are written to F at `finish`;
+logits to a float32 numpy array included; the job's paths run a pass as a run does
+(job.inference.run_batches, as many batches at once as its thread layout runs) and time it whole,
+so their `batch_walls` hold one figure, the pass's. The first full pass's logits are written to F at `finish`;
 every later pass is compared with it bit for bit. Before the first command the worker answers
 {"ready": {...}} with what it loaded and how many threads it runs, or {"error": "..."}.
 
@@ -104,10 +106,47 @@ def job_forward(model_dir: Path, threads: str, onednn: bool = False) -> tuple[Ca
 
     model = load_model(model_dir, s)
     choice = s.thread_choice.record() if s.thread_choice else None
-    return (lambda ids, mask: model.forward(ids, mask)), {
+    return JobPasses(model.forward, model.pad_id, s.forward_workers), {
         "threads": int(torch.get_num_threads()), "thread_choice": choice, "forward": model.choice.record(),
         "linear_kernels": s.linear_kernels, "deterministic": info["deterministic_algorithms"],
-        "thread_waits": info["thread_waits"]}
+        "thread_waits": info["thread_waits"], "forward_workers": s.forward_workers}
+
+
+class JobPasses:
+    """The job's forward as a run calls it: a pass is job.inference.run_batches over the batches,
+    `workers` of them at once (the run's thread layout), so that it is timed as a whole; a single
+    batch may also be called directly."""
+
+    def __init__(self, forward: Callable[..., Any], pad_id: int, workers: int) -> None:
+        self.forward, self.pad_id, self.workers = forward, pad_id, workers
+
+    def __call__(self, ids: Any, mask: Any) -> Any:
+        return self.forward(ids, mask)
+
+    def run_pass(self, batches: list[tuple[Any, Any]]) -> Any:
+        """The logits [rows, K] of `batches`, in their order."""
+        from job.inference import run_batches
+
+        tokens = Prepadded(batches)
+        return run_batches(self.forward, self.pad_id, tokens, tokens.plan, None, self.workers)
+
+
+class Prepadded:
+    """Already padded batches as a token source for job.inference.run_batches (job.batching.Tokens):
+    the rows numbered across the batches in order, batch i's rows its plan entry."""
+
+    def __init__(self, batches: list[tuple[Any, Any]]) -> None:
+        from job.batching import Batch
+
+        self.batches = [Batch(ids, mask) for ids, mask in batches]
+        self.lengths = np.concatenate([mask.sum(axis=1) for _, mask in batches]).astype(np.int64)
+        self.full_lengths, self.truncated = self.lengths, np.zeros(len(self.lengths), dtype=bool)
+        ends = np.cumsum([len(ids) for ids, _ in batches])
+        self.plan = [list(range(end - len(ids), end)) for end, (ids, _) in zip(ends, batches, strict=True)]
+        self._of_first = {rows[0]: i for i, rows in enumerate(self.plan)}
+
+    def batch(self, rows: Any, pad_id: int) -> Any:
+        return self.batches[self._of_first[rows[0]]]
 
 
 def hf_forward(model_dir: Path, threads: str, attn: str, compiled: bool) -> tuple[Callable[..., Any], dict[str, Any]]:
@@ -304,13 +343,18 @@ class Session:
     def run(self, subset: list[int] | None) -> dict[str, Any]:
         """One pass over every batch (or over `subset`, a warm-up), each forward call timed."""
         walls, logits = [], []
+        batches = self.batches if subset is None else [self.batches[i] for i in subset]
         c0, t0 = time.process_time(), time.perf_counter()
-        with _no_grad()():
-            for ids, mask in (self.batches if subset is None else [self.batches[i] for i in subset]):
-                b0 = time.perf_counter()
-                out = as_numpy(self.forward(ids, mask))  # gemm: float64 [[seconds, flops]]
-                logits.append(out if self.path in GEMM_REFERENCES else np.asarray(out, dtype=np.float32))
-                walls.append(time.perf_counter() - b0)
+        if isinstance(self.forward, JobPasses):  # timed as a whole: its batches may run at once
+            logits.append(self.forward.run_pass(batches))
+            walls.append(time.perf_counter() - t0)
+        else:
+            with _no_grad()():
+                for ids, mask in batches:
+                    b0 = time.perf_counter()
+                    out = as_numpy(self.forward(ids, mask))  # gemm: float64 [[seconds, flops]]
+                    logits.append(out if self.path in GEMM_REFERENCES else np.asarray(out, dtype=np.float32))
+                    walls.append(time.perf_counter() - b0)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         arr = np.concatenate(logits)
         if subset is not None:

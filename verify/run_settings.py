@@ -10,6 +10,15 @@ from verify.context import Context
 from verify.result import Failed
 
 
+def layout_text(threads: dict[str, Any]) -> str:
+    """How the run's forwards used more than one thread (environment.json threads.layout), as the
+    check reports it; nothing for one thread or a record without a layout."""
+    used, found = threads["used"], threads.get("layout")
+    if used == 1 or found not in ("batches", "operators"):
+        return ""
+    return f", {used} batches at once, one thread each" if found == "batches" else ", one batch at a time"
+
+
 def check_threads(environment: dict[str, Any], protocol: dict[str, Any]) -> str:
     """The run's thread count keeps to the protocol: environment.json's `threads` names the
     protocol's torch_threads as its bound, used lies within it and is the count torch reported, and
@@ -31,7 +40,7 @@ def check_threads(environment: dict[str, Any], protocol: dict[str, Any]) -> str:
             raise Failed(f"environment.json says the run used {t['used']} torch threads for "
                          f"{t['physical_cores']} physical cores (quota {t['cpu_quota']}) under a bound of "
                          f"{bound}; that rule gives {default}.")
-    return f"{t['used']} of at most {bound} torch threads ({t['chosen_by']})"
+    return f"{t['used']} of at most {bound} torch threads ({t['chosen_by']}){layout_text(t)}"
 
 
 def has_thread_choice(ctx: Context) -> bool:

@@ -13,7 +13,7 @@ import pytest
 
 from job.cli import main
 from job.errors import JobError
-from job.runtime import ThreadChoice, cpu_quota, physical_cores
+from job.runtime import BATCHES, OPERATORS, ThreadChoice, cpu_quota, physical_cores
 from tests.factory import REPO, edited_json
 from verify.result import Failed
 from verify.run_settings import check_threads
@@ -77,7 +77,16 @@ def test_the_run_records_its_thread_choice(tiny_bundle: Path) -> None:
     protocol = json.loads((tiny_bundle / "data" / "protocol.json").read_text())
     assert environment["threads"]["used"] == environment["torch"]["num_threads"] == 1
     assert environment["threads"]["protocol_bound"] == protocol["inference"]["torch_threads"] == 1
+    assert environment["threads"]["layout"] == "batches"
     assert check_threads(environment, protocol) == "1 of at most 1 torch threads (physical cores)"
+    bounded = {**protocol, "inference": {**protocol["inference"], "torch_threads": 4}}
+    two = {**environment, "torch": {**environment["torch"], "num_threads": 2},
+           "threads": {**environment["threads"], "used": 2, "chosen_by": "--threads", "protocol_bound": 4}}
+    assert check_threads(two, bounded) == "2 of at most 4 torch threads (--threads), 2 batches at once, one thread each"
+    two["threads"]["layout"] = "operators"
+    assert check_threads(two, bounded) == "2 of at most 4 torch threads (--threads), one batch at a time"
+    del two["threads"]["layout"]  # written before the layout was recorded
+    assert check_threads(two, bounded) == "2 of at most 4 torch threads (--threads)"
 
 
 def test_the_verifier_refuses_a_thread_record_beyond_the_bound(tiny_bundle: Path) -> None:
@@ -142,3 +151,37 @@ def test_a_reproduction_reruns_at_the_thread_count_the_bundle_records() -> None:
     assert signer_threads({"threads": {"used": 2}, "cluster": {"workers": workers}}, 4) == 1
     workers[1]["threads"] = 2
     assert signer_threads({"cluster": {"workers": workers}}, 4) is None  # several counts
+
+
+def test_a_reproduction_runs_its_forwards_as_the_bundle_records() -> None:
+    from job.protocol import load_protocol
+    from job.reproduce import rerun_settings, signer_layout
+    from job.sharded import ShardOptions
+
+    protocol = load_protocol()  # torch_threads 4
+    batches = {"threads": {"used": 2, "layout": "batches"}}
+    operators = {"threads": {"used": 3, "layout": "operators"}}
+    assert signer_layout(batches) == BATCHES
+    assert signer_layout(operators) == signer_layout({"threads": {"used": 3}}) == signer_layout({}) == OPERATORS
+    assert signer_layout({**batches, "cluster": {"workers": []}}) == OPERATORS  # workers run one batch at a time
+    assert signer_layout({"threads": {"used": 2, "layout": "sideways"}}) == OPERATORS
+    # one thread per forward: any count here gives the signer's bits, so the machine's default is taken
+    here = rerun_settings(batches, protocol, None)
+    assert (here.layout, here.thread_choice.chosen_by if here.thread_choice else None) == (BATCHES, "physical cores")
+    again = rerun_settings(operators, protocol, None)
+    assert (again.layout, again.threads, again.forward_workers) == (OPERATORS, 3, 1)
+    sharded = rerun_settings(operators, protocol, ShardOptions(address="127.0.0.1:1"))
+    assert (sharded.layout, sharded.threads) == (OPERATORS, 3)
+
+
+def test_a_run_on_a_cluster_records_its_workers_one_batch_at_a_time() -> None:
+    from job.pipeline import run_settings
+    from job.protocol import load_protocol
+    from job.sharded import ShardOptions
+
+    protocol = load_protocol()
+    assert run_settings(protocol, 2).layout == BATCHES
+    assert run_settings(protocol, 2).forward_workers == 2
+    on_cluster = run_settings(protocol, None, ShardOptions(address="127.0.0.1:1", worker_cpus=2))
+    assert (on_cluster.layout, on_cluster.threads, on_cluster.forward_workers) == (OPERATORS, 2, 1)
+    assert on_cluster.thread_choice is not None and on_cluster.thread_choice.record()["layout"] == OPERATORS

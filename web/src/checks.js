@@ -484,6 +484,16 @@ async function stagesRecords(ctx) {
   return `${names.length} stages in order; ${checked} recorded hashes equal the files; ${times}`;
 }
 
+/**
+ * How the run's forwards used more than one thread (environment.json threads.layout), as the check
+ * reports it; nothing for one thread or a record without a layout.
+ */
+function layoutText(t) {
+  if (t.used === 1) return '';
+  if (t.layout === 'batches') return `, ${t.used} batches at once, one thread each`;
+  return t.layout === 'operators' ? ', one batch at a time' : '';
+}
+
 /** The run's torch threads against the protocol's bound (environment.json `threads`). */
 function threadsCheck(ctx) {
   const environment = ctx.doc('data/environment.json');
@@ -499,7 +509,7 @@ function threadsCheck(ctx) {
     const expected = Math.min(bound, t.physical_cores, fallback);
     if (t.used !== expected) throw new bag.Failed(`environment.json says the run used ${t.used} torch threads for ${t.physical_cores} physical cores (quota ${t.cpu_quota}) under a bound of ${bound}; that rule gives ${expected}.`);
   }
-  return `${t.used} of at most ${bound} torch threads (${t.chosen_by})`;
+  return `${t.used} of at most ${bound} torch threads (${t.chosen_by})${layoutText(t)}`;
 }
 
 /** Audit inference consumed the fit's temperature; nothing touched the audit pool before it. */
