@@ -2,9 +2,9 @@
 
 A pool's rows reach the model through a token source: `Tokenized` tokenises every row once to count
 its tokens (the batch plan needs only the counts) and tokenises each batch's rows again when that
-batch runs, so no more than one batch's token ids are ever held; `Encoded` holds the ids of a few
-rows that are already tokenised. Both give the same batches for the same rows: one tokenising rule
-(`tokenize`) and one padding rule (`padded_batch`)."""
+batch runs, so only the batches in flight hold token ids (one, or one per worker thread);
+`Encoded` holds the ids of a few rows that are already tokenised. Both give the same batches for the
+same rows: one tokenising rule (`tokenize`) and one padding rule (`padded_batch`)."""
 
 from __future__ import annotations
 

@@ -125,8 +125,8 @@ def _run_concurrently(forward: Forward, pad_id: int, tokens: Tokens, plan: Seque
             return _call(forward, b)
 
     order = iter(largest_first(tokens, plan))
-    with one_thread_per_forward(), ThreadPoolExecutor(workers, thread_name_prefix="forward", initializer=torch.set_num_threads,
-                                                      initargs=(1,)) as pool:
+    with one_thread_per_forward(), ThreadPoolExecutor(workers, thread_name_prefix="forward",
+                                                      initializer=torch.set_num_threads, initargs=(1,)) as pool:
         flying: dict[Future[Any], list[int]] = {}
         try:
             while True:

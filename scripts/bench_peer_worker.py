@@ -175,10 +175,13 @@ def gemm_forward(model_dir: Path, threads: str, kernel: str = "mkl") -> tuple[Ca
     weights = {tag: (rng.standard_normal((o, i), dtype=np.float32), rng.standard_normal(o, dtype=np.float32))
                for tag, (o, i) in {"dd": (d, d), "dh": (h, d), "hd": (d, h)}.items()}
     linear, n, context, packed, library = _gemm_kernel(kernel, weights, threads)
+    # the job's layout of n threads (job.runtime.BATCHES) on torch's kernels: n products at once, one thread each
+    concurrent = n if kernel != "mlas" and isinstance(n, int) and n > 1 else 0
 
     def forward(ids: Any, mask: Any) -> Any:
         m = int(mask.sum())
-        best = {}
+        best: dict[str, float] = {}
+        together: dict[str, float] = {}
         with context():
             for tag, (w, _) in weights.items():
                 x = rng.standard_normal((m, w.shape[1]), dtype=np.float32)
@@ -191,13 +194,48 @@ def gemm_forward(model_dir: Path, threads: str, kernel: str = "mkl") -> tuple[Ca
                     run(arg)
                     times.append(time.perf_counter() - t0)
                 best[tag] = min(times)
-        seconds = layers * (4 * best["dd"] + best["dh"] + best["hd"])
+                if concurrent:
+                    together[tag] = _concurrent_seconds(run, arg, concurrent)
         flops = 2 * m * layers * (4 * d * d + 2 * d * h)
-        return np.array([[seconds, float(flops)]], dtype=np.float64)
+        seconds = {name: layers * (4 * t["dd"] + t["dh"] + t["hd"]) for name, t in
+                   (("operators", best), ("batches", together)) if t}
+        return np.array([[min(seconds.values()), float(flops), seconds["operators"],
+                          seconds.get("batches", float("nan"))]], dtype=np.float64)
 
     return forward, {"threads": n, "kernel": kernel, "packed_weights": packed,
-                     "library": library,
+                     "library": library, "layouts": ["operators", "batches"] if concurrent else ["operators"],
                      "shapes": {"dim": d, "hidden": h, "layers": layers}, "calls": GEMM_CALLS}
+
+
+def _concurrent_seconds(run: Callable[[Any], Any], arg: Any, workers: int) -> float:
+    """Seconds per product when `workers` threads each run `run(arg)` at once on one torch thread
+    (job.runtime.one_thread_per_forward, as the job's BATCHES layout runs its forwards): the best
+    of GEMM_CALLS walls from the first start to the last end, divided by `workers`."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    from job.runtime import one_thread_per_forward
+
+    walls = []
+    with one_thread_per_forward(), ThreadPoolExecutor(workers, initializer=torch.set_num_threads,
+                                                      initargs=(1,)) as pool:
+        list(pool.map(lambda _: run(arg), range(workers)))  # the threads exist and have run it once
+        for _ in range(GEMM_CALLS):
+            start = threading.Barrier(workers + 1)
+
+            def one(_: int, start: threading.Barrier = start) -> None:
+                start.wait()
+                run(arg)
+
+            futures = [pool.submit(one, i) for i in range(workers)]
+            start.wait()
+            t0 = time.perf_counter()
+            for f in futures:
+                f.result()
+            walls.append(time.perf_counter() - t0)
+    return min(walls) / workers
 
 
 def _gemm_kernel(kernel: str, weights: dict[str, tuple[Any, Any]],
@@ -363,7 +401,10 @@ class Session:
             self.first = arr
         else:
             self.identical = self.identical and np.array_equal(arr, self.first)
-        gemm = ({"gemm_seconds": float(arr[:, 0].sum()), "gemm_flops": float(arr[:, 1].sum())}
+        gemm = ({"gemm_seconds": float(arr[:, 0].sum()), "gemm_flops": float(arr[:, 1].sum()),
+                 "gemm_seconds_by_layout": {"operators": float(arr[:, 2].sum()),
+                                            **({"batches": float(arr[:, 3].sum())}
+                                               if not np.isnan(arr[:, 3]).any() else {})}}
                 if self.path in GEMM_REFERENCES else {})
         return {"wall": sum(walls), "loop_wall": wall, "cpu": cpu, "batch_walls": walls,
                 "sha256": hashlib.sha256(arr.tobytes()).hexdigest(), **gemm}

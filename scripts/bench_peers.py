@@ -266,8 +266,12 @@ def summarise(block: dict[str, Any], p: Prepared) -> dict[str, Any]:
         ref = paths.pop(g, None)
         if ref and ref["passes"]:
             rates = [x["gemm_flops"] / x["gemm_seconds"] for x in ref["passes"]]
+            layouts = {name: float(np.median([x["gemm_flops"] / x["gemm_seconds_by_layout"][name]
+                                              for x in ref["passes"]])) / 1e9
+                       for name in ref["passes"][0].get("gemm_seconds_by_layout", {})}
             block["gemm_kernels"][label] = {"gflop_per_s_median": float(np.median(rates)) / 1e9,
                                             "gflop_per_s_max": max(rates) / 1e9,
+                                            "gflop_per_s_by_layout": layouts,
                                             "peak_rss_mb": ref.get("peak_rss_mb"), "info": ref["info"]}
     if "MKL" in block["gemm_kernels"]:
         block["gemm"] = block["gemm_kernels"]["MKL"]
@@ -308,6 +312,16 @@ def threads_used(r: dict[str, Any]) -> str:
     return str(r["info"].get("threads", "?"))
 
 
+def by_layout(kernel: dict[str, Any]) -> str:
+    """A kernel's rate in each thread layout where it ran in more than one: one product on every
+    thread, and as many products at once as threads, one thread each (the job's layout)."""
+    rates = kernel.get("gflop_per_s_by_layout", {})
+    if len(rates) < 2:
+        return ""
+    return (f" (one product on every thread {rates['operators']:.1f}, "
+            f"one product a thread at once {rates['batches']:.1f})")
+
+
 def report(blocks: list[dict[str, Any]], prepared: dict[str, Prepared]) -> str:
     """The markdown tables: one per model and instruction-set setting, then the thread default."""
     parts = []
@@ -329,7 +343,7 @@ def report(blocks: list[dict[str, Any]], prepared: dict[str, Prepared]) -> str:
                 for path, err in b["errors"].items():
                     rows.append([path, b["threads"], "failed", err, *["-"] * 6])
             kernels = [f"threads {b['threads']}: " + ", ".join(
-                f"{k} {v['gflop_per_s_median']:.1f}" for k, v in b.get("gemm_kernels", {}).items())
+                f"{k} {v['gflop_per_s_median']:.1f}{by_layout(v)}" for k, v in b.get("gemm_kernels", {}).items())
                 for b in blocks if b["model"] == model and b["isa"] == isa and b.get("gemm_kernels")]
             p = prepared[model]
             load_range = [x for b in blocks if b["model"] == model and b["isa"] == isa for x in b["load_avg"]]
@@ -338,7 +352,8 @@ def report(blocks: list[dict[str, Any]], prepared: dict[str, Prepared]) -> str:
                              ["path", "threads (used)", "median s", "min–max s", "rows/s", "vs job", "useful/GEMM",
                               "GEMM GFLOP/s", "peak RSS MB", "largest logit diff vs job"], rows)
                          + ("\n\nGEMM rate of each kernel on the job's shapes, GFLOP/s (median of the passes; "
-                            "useful/GEMM is over MKL's): " + "; ".join(kernels) if kernels else ""))
+                            "useful/GEMM is over MKL's, batch by batch the faster of its layouts): "
+                            + "; ".join(kernels) if kernels else ""))
     rows = []
     for model in dict.fromkeys(b["model"] for b in blocks):
         for isa in dict.fromkeys(b["isa"] for b in blocks if b["model"] == model):

@@ -121,6 +121,35 @@ def test_the_workers_run_the_jobs_forward_and_transformers_on_the_same_batches(t
     assert d["max_abs"] < 1e-5 and d["argmax_changes"] == 0
 
 
+@pytest.mark.slow  # two worker processes, each importing torch
+def test_the_jobs_pass_at_two_threads_runs_two_batches_at_once_with_one_threads_logits(tmp_path: Path) -> None:
+    model_dir = make_tiny_model(tmp_path / "model")
+    batches = _batches(model_dir, tmp_path / "batches.npz")
+    one_ready, _, one = _serve("job", sys.executable, model_dir, batches, tmp_path)
+    two_ready, done, two = _serve("job", sys.executable, model_dir, batches, tmp_path, ["--threads", "2"])
+    assert (one_ready["forward_workers"], two_ready["forward_workers"]) == (1, 2)
+    assert two_ready["thread_choice"]["layout"] == "batches" and done["passes_identical"]
+    assert two.tobytes() == one.tobytes()
+
+
+def test_at_two_threads_the_gemm_reference_times_both_layouts_and_keeps_the_faster(tmp_path: Path) -> None:
+    model_dir = make_tiny_model(tmp_path / "model")
+    batches = _batches(model_dir, tmp_path / "batches.npz")
+    w = bench_peers.Worker("gemm", sys.executable, ["--model-dir", str(model_dir), "--batches", str(batches),
+                                                    "--threads", "2"], bench_peers.worker_env("native"),
+                           tmp_path / "w.log")
+    try:
+        ready = w.read(300)["ready"]
+        x = w.ask({"op": "pass"}, 300)
+        w.ask({"op": "finish"}, 300)
+    finally:
+        w.stop()
+    assert ready["threads"] == 2 and ready["layouts"] == ["operators", "batches"]
+    by = x["gemm_seconds_by_layout"]
+    assert set(by) == {"operators", "batches"} and all(v > 0 for v in by.values())
+    assert x["gemm_seconds"] <= min(by.values())  # each batch's faster layout
+
+
 @pytest.mark.slow  # a worker process importing torch
 def test_the_onednn_candidate_runs_the_jobs_forward_on_other_linear_kernels(tmp_path: Path) -> None:
     model_dir = make_tiny_model(tmp_path / "model")
