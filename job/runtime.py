@@ -76,8 +76,9 @@ class ThreadChoice:
     time with every operator on `used` threads: on AMD EPYC its logits are bit-identical at 1 to 4
     threads, on an Intel Xeon MKL rounds some products differently at 1 and 2 threads
     (docs/PERFORMANCE.md), so `job reproduce` re-runs a bundle at the count and layout it records.
-    BATCHES was 1.16 times as fast at 2 threads on an AMD EPYC (docs/PERFORMANCE.md, "Two batches
-    at once"): a forward's small products scale across threads worse than whole batches do."""
+    BATCHES took 0.85 of OPERATORS' time at 2 threads on an AMD EPYC (docs/PERFORMANCE.md, "Two
+    batches at once"): a forward's short products, split between threads that meet after every
+    operator, keep the cores busy less than whole batches side by side do."""
 
     used: int
     chosen_by: str  # "--threads" or "physical cores"
