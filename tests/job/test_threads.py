@@ -185,3 +185,17 @@ def test_a_run_on_a_cluster_records_its_workers_one_batch_at_a_time() -> None:
     on_cluster = run_settings(protocol, None, ShardOptions(address="127.0.0.1:1", worker_cpus=2))
     assert (on_cluster.layout, on_cluster.threads, on_cluster.forward_workers) == (OPERATORS, 2, 1)
     assert on_cluster.thread_choice is not None and on_cluster.thread_choice.record()["layout"] == OPERATORS
+
+
+def test_the_schema_allows_only_the_two_layouts(tiny_bundle: Path) -> None:
+    from verify import schemacheck
+
+    environment = json.loads((tiny_bundle / "data" / "environment.json").read_text())
+    for layout in ("batches", "operators"):
+        schemacheck.validate({**environment, "threads": {**environment["threads"], "layout": layout}}, "environment",
+                             "environment.json")
+    without = {k: v for k, v in environment["threads"].items() if k != "layout"}
+    schemacheck.validate({**environment, "threads": without}, "environment", "environment.json")  # older bundles
+    with pytest.raises(schemacheck.SchemaCheckFailed, match="sideways"):
+        schemacheck.validate({**environment, "threads": {**environment["threads"], "layout": "sideways"}},
+                             "environment", "environment.json")
