@@ -70,7 +70,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--threads", type=int, metavar="N",
                      help="torch threads, at most the protocol's torch_threads (default: the physical cores "
                           "this process may run on, up to that bound): N batches run at once, each forward "
-                          "on one thread, so the logits do not depend on N")
+                          "on one thread, so the logits do not depend on N (with --address, each worker's "
+                          "threads, one batch at a time, unless --worker-cpus is given)")
     run.add_argument("--license", default=DEFAULT_LICENSE, metavar="URL",
                      help=f"licence of the bundle's files, an SPDX URL (default: {DEFAULT_LICENSE})")
     run.add_argument("--publisher", default=DEFAULT_PUBLISHER, metavar="'NAME <URL>'",

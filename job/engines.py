@@ -19,7 +19,7 @@ from job.inference import run_batches
 from job.model import load_model, model_directory
 from job.process import release_free_memory
 from job.resources import Resources
-from job.runtime import Settings, configure_torch
+from job.runtime import Settings, configure_torch, one_thread_per_forward
 from job.sharded import ShardOptions, sharded_engine
 
 __all__ = ["Engine", "LocalEngine", "open_engine"]
@@ -70,7 +70,10 @@ class LocalEngine:
                            self.settings.forward_workers)
 
     def forward_check(self, texts: list[str], keys: list[str]) -> dict[str, Any] | None:
-        return check_packed_forward(self.model, self.resources.model, self.settings, texts, keys)
+        """job.forward_check on the threads a pool's forward runs on: one under the BATCHES layout."""
+        one = self.settings.forward_workers > 1
+        with one_thread_per_forward() if one else contextlib.nullcontext():
+            return check_packed_forward(self.model, self.resources.model, self.settings, texts, keys)
 
     def cluster(self) -> dict[str, Any] | None:
         return None

@@ -1,10 +1,10 @@
-"""Inference of one pool: every row through a given forward, batch by batch in the protocol's order."""
+"""Inference of one pool: every row through a given forward, in the protocol's batches."""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any, Protocol, cast
 
 import numpy as np
@@ -14,7 +14,7 @@ from tqdm import tqdm
 from job.batching import Batch, Tokens, batch_plan
 from job.predictions import PoolOutput
 from job.process import release_free_memory
-from job.runtime import Settings, one_thread_per_forward
+from job.runtime import Settings, forward_pool
 
 
 class Forward(Protocol):
@@ -39,7 +39,7 @@ class SegmentForward(Protocol):
 
 def run_pool(forward: Forward, pad_id: int, tokens: Tokens, keys: Sequence[str], s: Settings,
              progress: str | None = None) -> PoolOutput:
-    """Logits for every row in pool order, computed batch by batch in the protocol's order.
+    """Logits for every row in pool order, computed on the protocol's batches.
 
     Each batch is right-padded to its longest row with an attention mask, as the protocol says;
     batches are assembled with array operations (no per-row tensors) and passed to `forward`, as
@@ -67,7 +67,7 @@ def run_batches(forward: Forward, pad_id: int, tokens: Tokens, plan: Sequence[Se
 
     The one inference loop: a run uses it on its own batch plan, a reproduction on the plan the
     bundle records. Rows that are in no batch keep NaN logits. With `workers` > 1 that many batches
-    run at once, each forward on one torch thread (job.runtime.one_thread_per_forward), the largest
+    run at once, each forward on one torch thread (job.runtime.forward_pool), the largest
     first; a batch's logits do not depend on which others run beside it or when, so they are those
     of one thread running the batches one by one. At most `workers` batches' token ids exist at a
     time when `tokens` tokenises per batch (job.batching.Tokenized), one when `workers` is 1."""
@@ -85,15 +85,17 @@ def run_batches(forward: Forward, pad_id: int, tokens: Tokens, plan: Sequence[Se
         logits[rows] = out.numpy()
         bar.update(len(rows))
 
-    if workers > 1 and len(plan) > 1:
-        _run_concurrently(forward, pad_id, tokens, plan, workers, store)
-    else:
-        with torch.inference_mode():
-            for batch in plan:
-                rows = list(batch)
-                store(rows, _call(forward, tokens.batch(rows, pad_id)))
-    bar.close()
-    release_free_memory()  # the pool's activation buffers, kept for reuse across its batches
+    try:
+        if workers > 1:  # even for one batch: its forward runs on one thread, as every other's
+            _run_concurrently(forward, pad_id, tokens, plan, workers, store)
+        else:
+            with torch.inference_mode():
+                for batch in plan:
+                    rows = list(batch)
+                    store(rows, _call(forward, tokens.batch(rows, pad_id)))
+    finally:
+        bar.close()
+        release_free_memory()  # the pool's activation buffers, kept for reuse across its batches
     if logits is None:
         raise ValueError("run_batches needs at least one batch")
     return logits
@@ -125,8 +127,7 @@ def _run_concurrently(forward: Forward, pad_id: int, tokens: Tokens, plan: Seque
             return _call(forward, b)
 
     order = iter(largest_first(tokens, plan))
-    with one_thread_per_forward(), ThreadPoolExecutor(workers, thread_name_prefix="forward",
-                                                      initializer=torch.set_num_threads, initargs=(1,)) as pool:
+    with forward_pool(workers) as pool:
         flying: dict[Future[Any], list[int]] = {}
         try:
             while True:

@@ -243,16 +243,13 @@ def rerun(bundle: VerifiedBundle, protocol: Protocol, resources: Resources, samp
 def rerun_settings(signer: dict[str, Any], protocol: Protocol, shard: ShardOptions | None) -> Settings:
     """The re-run's settings, so that an honest re-run on the signer's kind of CPU is bit-identical.
     A bundle whose batches ran in the BATCHES layout ran each forward on one thread: the re-run does
-    the same, at this machine's thread count. Otherwise (OPERATORS, a cluster's workers, bundles
-    written before the layout was recorded) each forward ran on the recorded count of threads:
-    the re-run uses that count (signer_threads), one batch at a time. On a cluster the reproducer's
-    workers run their batches one at a time."""
-    recorded = signer_layout(signer)
-    if shard is not None:
-        return Settings.from_protocol(protocol.inference, None if recorded == BATCHES else
-                                      signer_threads(signer, protocol.inference.torch_threads), layout=OPERATORS)
-    if recorded == BATCHES:
-        return Settings.from_protocol(protocol.inference, layout=BATCHES)
+    the same, here at this machine's thread count, on a cluster with workers of one thread (unless
+    --worker-cpus asks for more). Otherwise (OPERATORS, a cluster's workers, bundles written before
+    the layout was recorded) each forward ran on the recorded count of threads: the re-run uses that
+    count (signer_threads), one batch at a time."""
+    if signer_layout(signer) == BATCHES:
+        return Settings.from_protocol(protocol.inference, 1 if shard is not None else None,
+                                      layout=OPERATORS if shard is not None else BATCHES)
     return Settings.from_protocol(protocol.inference, signer_threads(signer, protocol.inference.torch_threads),
                                   layout=OPERATORS)
 

@@ -9,6 +9,7 @@ import math
 import os
 import sys
 from collections.abc import Iterable, Iterator, MutableMapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -69,14 +70,15 @@ class ThreadChoice:
     data/environment.json records it (threads).
 
     The protocol's torch_threads is an upper bound, not the count: more threads than cores only slow
-    a run down (a formal run on 2 cores took 233-239 s at 4 threads against 18-20 s at 2).
+    a run down (a formal run on 2 cores, every operator split across the threads, took 233-239 s at
+    4 threads against 18-20 s at 2).
 
     layout: BATCHES, the default, runs `used` batches at once, each forward on one thread, so a
     batch's logits are those of one thread on any CPU and any count. OPERATORS runs one batch at a
     time with every operator on `used` threads: on AMD EPYC its logits are bit-identical at 1 to 4
     threads, on an Intel Xeon MKL rounds some products differently at 1 and 2 threads
     (docs/PERFORMANCE.md), so `job reproduce` re-runs a bundle at the count and layout it records.
-    BATCHES took 0.85 of OPERATORS' time at 2 threads on an AMD EPYC (docs/PERFORMANCE.md, "Two
+    BATCHES took 0.84 of OPERATORS' time at 2 threads on an AMD EPYC (docs/PERFORMANCE.md, "Two
     batches at once"): a forward's short products, split between threads that meet after every
     operator, keep the cores busy less than whole batches side by side do."""
 
@@ -154,12 +156,14 @@ class Settings:
 
 @contextlib.contextmanager
 def one_thread_per_forward() -> Iterator[None]:
-    """For the length of the block, each thread started inside it runs its torch operators on itself
-    alone; afterwards the process's thread count is what it was.
+    """For the length of the block the calling thread, and every thread that starts inside it, runs
+    its torch operators on itself alone; afterwards the calling thread's count, and the count new
+    threads start from, are what they were.
 
-    torch.set_num_threads sets the count every new thread starts from (and MKL's, which is
-    process-wide); a thread takes it at its first parallel operator. So the block's worker threads
-    must start inside it, and nothing else may run torch operators while it lasts."""
+    torch.set_num_threads(n) sets the calling thread's OpenMP and MKL counts (both per thread) and a
+    process-wide count that a thread started later takes at its first parallel operator; a thread
+    whose first operator is a matrix product takes nothing, so a pool's threads set theirs when they
+    start (forward_pool)."""
     import torch  # deferred: torch loads only where a model runs
 
     before = torch.get_num_threads()
@@ -168,6 +172,17 @@ def one_thread_per_forward() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+@contextlib.contextmanager
+def forward_pool(workers: int) -> Iterator[ThreadPoolExecutor]:
+    """`workers` threads, each running its torch operators on itself alone, for the length of the
+    block (one_thread_per_forward); the block ends when every task given to them has."""
+    import torch  # deferred: torch loads only where a model runs
+
+    with one_thread_per_forward(), ThreadPoolExecutor(workers, thread_name_prefix="forward",
+                                                      initializer=torch.set_num_threads, initargs=(1,)) as pool:
+        yield pool
 
 
 def bounded_thread_waits(environ: MutableMapping[str, str] = os.environ) -> dict[str, Any]:

@@ -122,16 +122,18 @@ def best_of(fn: Any, n: int) -> tuple[float, float]:
 
 
 class TimedForward:
-    """A forward that records the wall and CPU seconds of every batch it runs; the logits are the
-    wrapped forward's own."""
+    """A forward that records the wall and CPU seconds (of the thread that ran it) of every batch it
+    runs, by the batch's shape and token ids, so that passes whose batches ran concurrently, in any
+    order, pair up batch by batch; the logits are the wrapped forward's own."""
 
-    def __init__(self, forward: Any, seconds: list[tuple[float, float]]) -> None:
+    def __init__(self, forward: Any, seconds: dict[tuple[Any, ...], tuple[float, float]]) -> None:
         self.forward, self.seconds, self.name = forward, seconds, forward.name
 
     def __call__(self, ids: Any, mask: Any) -> Any:
-        c0, t0 = time.process_time(), time.perf_counter()
+        c0, t0 = time.thread_time(), time.perf_counter()
         out = self.forward(ids, mask)
-        self.seconds.append((time.perf_counter() - t0, time.process_time() - c0))
+        self.seconds[(ids.shape, hashlib.sha256(ids.tobytes()).hexdigest())] = (time.perf_counter() - t0,
+                                                                                time.thread_time() - c0)
         return out
 
 
@@ -225,7 +227,7 @@ def job_pass(tokenizer: Any, model: Any, s: Any, w: Workload) -> dict[str, Any]:
     from job.batching import encode
     from job.inference import run_pool
 
-    seconds: list[tuple[float, float]] = []
+    seconds: dict[tuple[Any, ...], tuple[float, float]] = {}
     forward = TimedForward(model, seconds)
     pad_id = int(tokenizer.pad_token_id or 0)
     logits = []
@@ -439,9 +441,12 @@ def main(argv: list[str] | None = None) -> int:
             loads.append(load())
         walls = [p["wall"] for p in passes]
         best = passes[int(np.argmin(walls))]
-        fwd = np.array([p["forward"] for p in passes])  # [pass, batch, (wall, cpu)]
-        settled_wall = float(fwd[:, :, 0].min(axis=0).sum()
-                             + min(p["wall"] - fwd[i, :, 0].sum() for i, p in enumerate(passes)))
+        batches = sorted(passes[0]["forward"])
+        fwd = np.array([[p["forward"][b] for b in batches] for p in passes])  # [pass, batch, (wall, cpu)]
+        # s.forward_workers batches ran at once: their walls overlap, their CPU seconds add up
+        at_once = s.forward_workers
+        settled_wall = float(fwd[:, :, 0].min(axis=0).sum() / at_once
+                             + min(p["wall"] - fwd[i, :, 0].sum() / at_once for i, p in enumerate(passes)))
         settled_cpu = float(fwd[:, :, 1].min(axis=0).sum()
                             + min(p["cpu"] - fwd[i, :, 1].sum() for i, p in enumerate(passes)))
         identical = all(np.array_equal(p["logits"], passes[0]["logits"]) for p in passes)
@@ -533,9 +538,11 @@ def main(argv: list[str] | None = None) -> int:
                      f"{min(r['load_avg']):.1f}-{max(r['load_avg']):.1f}"])
     print(fmt_table(headers, rows))
     print("wall: best full pass (tokenise, batch, forward, both pools); settled: sum over batches of each batch's\n"
-          "  best forward over the passes, plus the best time outside the forwards; rows/s, tok/s from wall.\n"
+          "  best forward over the passes, divided by the batches run at once (the run's thread layout), plus\n"
+          "  the best time outside the forwards; rows/s, tok/s from wall.\n"
           "useful/GEMM: useful GFLOP/s (settled) / this machine's F.linear rate on the job's own shapes [M, 768]x\n"
-          "  [768, 768], [M, 768]x[768, 3072], [M, 3072]x[3072, 768] (best of several, same threads); (wall, cpu):\n"
+          "  [768, 768], [M, 768]x[768, 3072], [M, 3072]x[3072, 768] (best of several, one product on all the\n"
+          "  threads; bench_peers.py also times products side by side, one thread each); (wall, cpu):\n"
           "  the same from the best\n"
           "  full pass, and per CPU-second of this process (insensitive to CPU stolen by other processes).\n"
           "speedup: naive transformers.pipeline (default attention) wall / job wall; vs eager pipe: the pipeline on\n"

@@ -209,18 +209,14 @@ def gemm_forward(model_dir: Path, threads: str, kernel: str = "mkl") -> tuple[Ca
 
 def _concurrent_seconds(run: Callable[[Any], Any], arg: Any, workers: int) -> float:
     """Seconds per product when `workers` threads each run `run(arg)` at once on one torch thread
-    (job.runtime.one_thread_per_forward, as the job's BATCHES layout runs its forwards): the best
-    of GEMM_CALLS walls from the first start to the last end, divided by `workers`."""
+    (job.runtime.forward_pool, as the job's BATCHES layout runs its forwards): the best of
+    GEMM_CALLS walls from the first start to the last end, divided by `workers`."""
     import threading
-    from concurrent.futures import ThreadPoolExecutor
 
-    import torch
-
-    from job.runtime import one_thread_per_forward
+    from job.runtime import forward_pool
 
     walls = []
-    with one_thread_per_forward(), ThreadPoolExecutor(workers, initializer=torch.set_num_threads,
-                                                      initargs=(1,)) as pool:
+    with forward_pool(workers) as pool:
         list(pool.map(lambda _: run(arg), range(workers)))  # the threads exist and have run it once
         for _ in range(GEMM_CALLS):
             start = threading.Barrier(workers + 1)

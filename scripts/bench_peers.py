@@ -287,7 +287,8 @@ def summarise(block: dict[str, Any], p: Prepared) -> dict[str, Any]:
                                      if gemm_rate else None)
         logits = np.load(r["logits"])
         r["logits_vs_job"] = None if job_logits is None or path == "job" else logit_difference(logits, job_logits)
-        # each batch's median over the timed passes: where a path gains or loses against another
+        # each batch's median over the timed passes: where a path gains or loses against another (the
+        # job's paths, whose batches may run at once, give one figure: the pass's)
         r["batch_walls_median"] = np.median([x.pop("batch_walls") for x in r["passes"]], axis=0).round(5).tolist()
         for x in r["warmup"]:
             x.pop("batch_walls", None)

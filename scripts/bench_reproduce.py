@@ -63,22 +63,22 @@ def child(bundle: Path, out: Path, key: Path, lock: Path, sample: int | None, se
           threads: int | None) -> None:
     """One reproduction in this process, timing its phases; prints them as JSON on the last line.
     `threads` overrides the protocol's torch_threads (a measurement of honest differences only)."""
+    from job import engines, runtime
     from job import reproduce as r
-    from job import runtime
     from job.protocol import Protocol
     from job.resources import resolve_local
 
     if threads is not None:
         pinned = runtime.Settings.from_protocol
 
-        def with_threads(inference: dict[str, Any]) -> runtime.Settings:
-            return dataclasses.replace(pinned(inference), threads=threads)
+        def with_threads(inference: Any, count: int | None = None, layout: str = runtime.BATCHES) -> runtime.Settings:
+            return dataclasses.replace(pinned(inference, count, layout), threads=threads)
 
         runtime.Settings.from_protocol = with_threads  # type: ignore[method-assign]
     t0 = time.perf_counter()
     options = r.ReproduceOptions(bundle, out, key, sample=sample, seed=seed, progress=False)
     phases: dict[str, float] = {"inference": 0.0, "batches": 0}
-    real_batches = r.run_batches
+    real_batches = engines.run_batches  # what the local engine runs each pool's batches with
 
     def timed_batches(*args: Any, **kwargs: Any) -> Any:
         t = time.perf_counter()
@@ -87,7 +87,7 @@ def child(bundle: Path, out: Path, key: Path, lock: Path, sample: int | None, se
         phases["batches"] += len(args[3])
         return logits
 
-    r.run_batches = timed_batches  # type: ignore[assignment]
+    engines.run_batches = timed_batches  # type: ignore[assignment]
 
     def resolve(protocol: Protocol) -> Any:
         return resolve_local(lock, protocol.resources)

@@ -172,6 +172,8 @@ def test_a_reproduction_runs_its_forwards_as_the_bundle_records() -> None:
     assert (again.layout, again.threads, again.forward_workers) == (OPERATORS, 3, 1)
     sharded = rerun_settings(operators, protocol, ShardOptions(address="127.0.0.1:1"))
     assert (sharded.layout, sharded.threads) == (OPERATORS, 3)
+    one_each = rerun_settings(batches, protocol, ShardOptions(address="127.0.0.1:1"))
+    assert (one_each.layout, one_each.threads) == (OPERATORS, 1)  # workers of one thread, one batch each
 
 
 def test_a_run_on_a_cluster_records_its_workers_one_batch_at_a_time() -> None:
