@@ -247,9 +247,11 @@ def rerun_settings(signer: dict[str, Any], protocol: Protocol, shard: ShardOptio
     --worker-cpus asks for more). Otherwise (OPERATORS, a cluster's workers, bundles written before
     the layout was recorded) each forward ran on the recorded count of threads: the re-run uses that
     count (signer_threads), one batch at a time."""
-    if signer_layout(signer) == BATCHES:
-        return Settings.from_protocol(protocol.inference, 1 if shard is not None else None,
-                                      layout=OPERATORS if shard is not None else BATCHES)
+    one_thread_each = signer_layout(signer) == BATCHES
+    if one_thread_each and shard is None:
+        return Settings.from_protocol(protocol.inference, layout=BATCHES)
+    if one_thread_each:
+        return Settings.from_protocol(protocol.inference, 1, layout=OPERATORS)
     return Settings.from_protocol(protocol.inference, signer_threads(signer, protocol.inference.torch_threads),
                                   layout=OPERATORS)
 
