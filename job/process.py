@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -24,15 +25,17 @@ from typing import Any
 import pyarrow as pa
 
 # glibc mallopt parameters (malloc.h)
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8
 MMAP_THRESHOLD = 32 << 20  # the largest value glibc documents for 64-bit systems
 TRIM_THRESHOLD = 256 << 20
+ARENA_MAX = 1
 
 
 @dataclass(frozen=True)
 class ProcessSettings:
     """What configure_process applied: `malloc` as environment.json's torch.allocator records it
-    (glibc thresholds, or why the allocator was left alone), and Arrow's memory pool backend."""
+    (glibc thresholds and arena count, or why the allocator was left alone), and Arrow's memory
+    pool backend."""
 
     malloc: tuple[tuple[str, Any], ...]
     arrow_memory_pool: str
@@ -42,22 +45,47 @@ class ProcessSettings:
         return {**dict(self.malloc), "arrow_memory_pool": self.arrow_memory_pool}
 
 
+def _mallopt(param: int, value: int) -> bool | None:
+    """glibc's mallopt(param, value): True where it took the value, False where it refused, None
+    where the C library has no mallopt (not glibc)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return None
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    return bool(mallopt(param, value) == 1)
+
+
 def _tune_malloc() -> dict[str, Any]:
-    """Keep freed activation buffers in the heap instead of handing them back to the kernel.
+    """Keep freed activation buffers in the heap instead of handing them back to the kernel, and
+    make no new heap (arena) for a thread.
 
     With glibc's defaults every batch's multi-MB activations are unmapped or trimmed when freed
     and the next batch faults them in again, zero-filled (~10,000 page faults per forward pass
     of the full-size model, 3-4% of its time). Raising the mmap and trim thresholds makes the
-    allocator reuse those pages; release_free_memory hands them back once a forward pass is done."""
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # not glibc: leave the allocator alone
+    allocator reuse those pages; release_free_memory hands them back once a forward pass is done.
+
+    glibc gives each thread that allocates an arena of its own, and under the raised trim threshold
+    every arena keeps the peak of the forwards it ran: N forward workers (job.runtime.forward_pool)
+    kept N arenas of 40-60 MB each on the full-size model. With M_ARENA_MAX 1 glibc makes no
+    arena after this call: a thread started later shares those that exist (the main one, and one
+    per thread that allocated before, such as the one pyarrow starts at import), so a buffer one
+    worker freed can serve the next. The arenas' locks are then taken by several threads, about
+    once per operator's output; the runs measured were no slower (docs/PERFORMANCE.md, "One heap
+    for the forward workers"). An arena count the process's environment gives glibc
+    (MALLOC_ARENA_MAX, or arena_max in GLIBC_TUNABLES) is left as it is: `arena_max` records 1,
+    "environment", or "default" where glibc refused."""
+    if (took := _mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) is None:  # not glibc: leave the allocator alone
         return {"malloc": "default (no glibc mallopt)"}
-    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    ok = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
-    if not ok:
+    if not (took and _mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)):
         return {"malloc": "default (mallopt refused)"}
-    return {"malloc": "glibc", "mmap_threshold": MMAP_THRESHOLD, "trim_threshold": TRIM_THRESHOLD}
+    arenas: int | str = ARENA_MAX
+    if "MALLOC_ARENA_MAX" in os.environ or "arena_max" in os.environ.get("GLIBC_TUNABLES", ""):
+        arenas = "environment"  # glibc read it at start
+    elif not _mallopt(_M_ARENA_MAX, ARENA_MAX):
+        arenas = "default"
+    return {"malloc": "glibc", "mmap_threshold": MMAP_THRESHOLD, "trim_threshold": TRIM_THRESHOLD,
+            "arena_max": arenas}
 
 
 def _use_system_arrow_pool() -> str:
@@ -71,8 +99,8 @@ def _use_system_arrow_pool() -> str:
 
 @functools.cache
 def configure_process() -> ProcessSettings:
-    """Apply the process's memory settings (glibc malloc thresholds, Arrow's system pool) once;
-    every later call returns the first call's record without touching anything."""
+    """Apply the process's memory settings (glibc malloc thresholds and arenas, Arrow's system pool)
+    once; every later call returns the first call's record without touching anything."""
     malloc = _tune_malloc()
     return ProcessSettings(tuple(malloc.items()), _use_system_arrow_pool())
 
@@ -93,21 +121,11 @@ def configure_sharded_driver() -> bool:
     than for 872). Mapped on their own, they go back to the kernel when freed, so the driver's
     memory stays flat in the split's size. Only where memory comes from changes; no byte the run
     writes does."""
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # not glibc: leave the allocator alone
-        return False
-    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    return bool(mallopt(_M_MMAP_THRESHOLD, DRIVER_MMAP_THRESHOLD) == 1)
+    return _mmap_threshold(DRIVER_MMAP_THRESHOLD)
 
 
 def _mmap_threshold(size: int) -> bool:
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # not glibc
-        return False
-    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    return bool(mallopt(_M_MMAP_THRESHOLD, size) == 1)
+    return bool(_mallopt(_M_MMAP_THRESHOLD, size))
 
 
 @contextlib.contextmanager
