@@ -73,7 +73,6 @@ def test_blocks_are_mapped_apart_only_within_the_block() -> None:
     assert got == {"tuned": True, "before": False, "inside": True, "after": False}
 
 
-
 ARENAS = (
     "import ctypes, json, os, sys, threading\n"
     "import job.process as p\n"
