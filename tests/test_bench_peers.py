@@ -133,7 +133,7 @@ def test_the_jobs_pass_at_two_threads_runs_two_batches_at_once_with_one_threads_
 
 
 @pytest.mark.slow  # a worker process importing torch
-def test_at_two_threads_the_gemm_reference_times_both_layouts(tmp_path: Path) -> None:
+def test_at_two_threads_the_gemm_reference_times_both_layouts_and_keeps_the_faster(tmp_path: Path) -> None:
     model_dir = make_tiny_model(tmp_path / "model")
     batches = _batches(model_dir, tmp_path / "batches.npz")
     w = bench_peers.Worker("gemm", sys.executable, ["--model-dir", str(model_dir), "--batches", str(batches),
@@ -148,6 +148,7 @@ def test_at_two_threads_the_gemm_reference_times_both_layouts(tmp_path: Path) ->
     assert ready["threads"] == 2 and ready["layouts"] == ["operators", "batches"]
     by = x["gemm_seconds_by_layout"]
     assert set(by) == {"operators", "batches"} and all(0 < v < x["wall"] for v in by.values())
+    assert x["gemm_seconds"] <= min(by.values())  # each batch's faster layout
 
 
 @pytest.mark.slow  # a worker process importing torch
