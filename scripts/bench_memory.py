@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Where a formal run's resident memory goes, stage by stage.
 
-    .venv/bin/python scripts/bench_memory.py [--threads N] [--model-dir DIR]
+    .venv/bin/python scripts/bench_memory.py [--threads N] [--model-dir DIR] [--linear-kernels onednn]
 
 Builds (or reuses) the full-size model that scripts/bench.py builds, then runs `python -m job run`
 on it and the real SST-2 parquet in a child process under a tracer: at the start and end of every
 stage (job.environment.StageClock's stages, plus the imports, the figures, the report and the
 sealing), the child reads /proc/self/status (VmRSS, RssAnon, RssFile, VmHWM) and then resets the
 kernel's high-water mark (`echo 5 > /proc/self/clear_refs`), so each row's peak is that step's
-own. It prints one table (MB) and the whole run's peak, and writes it as JSON with --json.
+own. It prints one table (MB) and the whole run's peak, and writes it as JSON with --json. With
+--linear-kernels the run's protocol is the formal one with that inference.linear_kernels.
 
 The tracer changes nothing the run computes: it only reads /proc and wraps the stage clock.
 """
@@ -109,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None, help="also write the marks here")
     ap.add_argument("--extra", default="", help="also mark around these functions: module:function,...")
     ap.add_argument("--keep", type=Path, default=None, help="write the bundle here instead of a temporary folder")
+    ap.add_argument("--linear-kernels", default=None, help="the protocol's inference.linear_kernels (default: left "
+                    "out, MKL's, as the formal protocol)")
     args = ap.parse_args(argv)
 
     from job.protocol import DEFAULT_PROTOCOL, load_protocol
@@ -118,9 +121,15 @@ def main(argv: list[str] | None = None) -> int:
     model_dir = full_size_model(args.model_dir, args.seed)
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
         lock = write_lock(Path(tmp) / "lock.json", model_dir, protocol.doc)
+        protocol_path = DEFAULT_PROTOCOL
+        if args.linear_kernels is not None:
+            doc = json.loads(DEFAULT_PROTOCOL.read_text())
+            doc["inference"]["linear_kernels"] = args.linear_kernels
+            protocol_path = Path(tmp) / "protocol.json"
+            protocol_path.write_text(json.dumps(doc, indent=2) + "\n")
         out = args.keep or Path(tmp) / "run"
         trace = Path(tmp) / "trace.json"
-        cmd = [sys.executable, "-c", _CHILD % {"fields": FIELDS}, "run", "--protocol", str(DEFAULT_PROTOCOL),
+        cmd = [sys.executable, "-c", _CHILD % {"fields": FIELDS}, "run", "--protocol", str(protocol_path),
                "--resources", str(lock), "--out", str(out), "--ephemeral-key", "--no-progress",
                *(["--threads", str(args.threads)] if args.threads else [])]
         env = dict(os.environ, MEMTRACE_OUT=str(trace), MEMTRACE_EXTRA=args.extra,
