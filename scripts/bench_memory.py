@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where a formal run's resident memory goes, stage by stage.
 
-    .venv/bin/python scripts/bench_memory.py [--threads N] [--model-dir DIR] [--linear-kernels onednn]
+    .venv/bin/python scripts/bench_memory.py [--threads N] [--model-dir DIR] [--linear-kernels mkl|onednn]
 
 Builds (or reuses) the full-size model that scripts/bench.py builds, then runs `python -m job run`
 on it and the real SST-2 parquet in a child process under a tracer: at the start and end of every
@@ -27,6 +27,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from bundle.layout import LINEAR_KERNELS  # the format's names (bundle imports no torch)
 
 FIELDS = ("VmRSS", "RssAnon", "RssFile", "VmHWM")
 
@@ -110,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None, help="also write the marks here")
     ap.add_argument("--extra", default="", help="also mark around these functions: module:function,...")
     ap.add_argument("--keep", type=Path, default=None, help="write the bundle here instead of a temporary folder")
-    ap.add_argument("--linear-kernels", default=None, help="the protocol's inference.linear_kernels (default: left "
-                    "out, MKL's, as the formal protocol)")
+    ap.add_argument("--linear-kernels", default=None, choices=list(LINEAR_KERNELS),
+                    help="the protocol's inference.linear_kernels (default: left out, MKL's, as the formal protocol)")
     args = ap.parse_args(argv)
 
     from job.protocol import DEFAULT_PROTOCOL, load_protocol
