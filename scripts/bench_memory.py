@@ -123,9 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
         lock = write_lock(Path(tmp) / "lock.json", model_dir, protocol.doc)
         protocol_path = DEFAULT_PROTOCOL
-        if args.linear_kernels is not None:
-            doc = json.loads(DEFAULT_PROTOCOL.read_text())
-            doc["inference"]["linear_kernels"] = args.linear_kernels
+        if args.linear_kernels is not None:  # the formal protocol as loaded above, with those kernels
+            doc = {**protocol.doc, "inference": {**protocol.doc["inference"], "linear_kernels": args.linear_kernels}}
             protocol_path = Path(tmp) / "protocol.json"
             protocol_path.write_text(json.dumps(doc, indent=2) + "\n")
         out = args.keep or Path(tmp) / "run"
