@@ -77,6 +77,14 @@ class DistilBertClassifier:
         def pair(name: str) -> tuple[Any, Any]:
             return tensors[f"{name}.weight"], tensors[f"{name}.bias"]
 
+        self.kernels = LinearKernels() if kernels is None else kernels
+        if self.kernels.hands_back_weights:
+            # The plain weights' file pages are handed back once packed; a bias or layer norm read
+            # from the same mapping at every product would map the pages around it back in (whole
+            # page-cache folios of the neighbouring weights: 24.5 MB of them after 20 batches, and
+            # the forward check's peak up by as much). Copies of these small tensors (256 KB for
+            # DistilBERT) hold the same values, so the arithmetic is the same.
+            tensors = {n: t.clone() if t.dim() == 1 else t for n, t in tensors.items()}
         self.tensors = dict(tensors)  # by checkpoint name, for a reference forward on the same tensors
         self.word = tensors[WORD_EMBEDDINGS]
         self.position = tensors["distilbert.embeddings.position_embeddings.weight"]
@@ -92,7 +100,6 @@ class DistilBertClassifier:
         self.num_labels = self.classifier[0].shape[0]
         self.word_rows = word_rows
         self._check()
-        self.kernels = LinearKernels() if kernels is None else kernels
         for layer in self.layers:
             for lin in (layer.q, layer.k, layer.v, layer.out, layer.lin1, layer.lin2):
                 self.kernels.pack(*lin)

@@ -76,6 +76,12 @@ class LinearKernels:
         self._open = 0
         self._own: Any = None
 
+    @property
+    def hands_back_weights(self) -> bool:
+        """Whether pack hands a packed weight's file pages back (onednn), so that nothing else should
+        keep reading from the model file's mapping at every product."""
+        return self.name != DEFAULT
+
     def pack(self, weight: Any, bias: Any = None) -> bool:
         """Prepare `weight` [out, in] (with `bias`) for the linear layers; True when it was packed.
         For onednn: reordered once into oneDNN's layout and remembered by the plain tensor's storage,

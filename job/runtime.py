@@ -25,6 +25,9 @@ SYS_CPU = Path("/sys/devices/system/cpu")
 CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
 GOMP_SPINCOUNT = "10000"
 """How long torch's OpenMP threads spin at a barrier before they sleep (see bounded_thread_waits)."""
+PRIMITIVES_PER_WORKER = 16
+"""oneDNN primitives kept per concurrent forward (see bounded_primitive_cache)."""
+_CACHE_VARS = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "DNNL_PRIMITIVE_CACHE_CAPACITY")
 
 
 def usable_cpus() -> list[int]:
@@ -208,6 +211,28 @@ def bounded_thread_waits(environ: MutableMapping[str, str] = os.environ) -> dict
     return {"omp_wait_policy": None, "gomp_spincount": GOMP_SPINCOUNT, "set_by_job": True}
 
 
+def bounded_primitive_cache(workers: int, environ: MutableMapping[str, str] = os.environ) -> dict[str, Any]:
+    """Keep PRIMITIVES_PER_WORKER oneDNN primitives per concurrent forward instead of oneDNN's
+    default 1024: ONEDNN_PRIMITIVE_CACHE_CAPACITY in this process's environment, unless the
+    environment already sets it (or its older name DNNL_). oneDNN reads it at its first primitive,
+    which needs torch, so it is set only before torch is imported; the record says what holds:
+    what was set, or the environment's, or None for oneDNN's default.
+
+    Every batch has its own token count, and oneDNN builds a primitive (with JIT code) per shape: a
+    forward under `linear_kernels: onednn` makes about 9 per batch (three inner products, their
+    nested matmuls, GELU's eltwise, the head's two) and reuses them within the batch only. At
+    the default the cache kept every batch's, and a formal run under that protocol peaked at 715-725
+    MB at 2 threads; bounded, at 663-666 MB, in the same time (docs/PERFORMANCE.md, "oneDNN's
+    primitive cache"). A primitive made again is the same kernel: the logits are bit-identical at
+    any capacity."""
+    held = next(((k, environ[k]) for k in _CACHE_VARS if k in environ), None)
+    if "torch" in sys.modules or held is not None:
+        return {"onednn_primitive_cache_capacity": held and held[1], "set_by_job": False}
+    capacity = str(PRIMITIVES_PER_WORKER * max(1, workers))
+    environ[_CACHE_VARS[0]] = capacity
+    return {"onednn_primitive_cache_capacity": capacity, "set_by_job": True}
+
+
 def set_deterministic(mode: bool) -> None:
     """torch.use_deterministic_algorithms(mode), minus its import of torch._inductor and its fill
     of new tensors with NaN (below).
@@ -240,7 +265,7 @@ def configure_torch(s: Settings) -> dict[str, Any]:
     process's memory settings (job.process.configure_process: applied here too when the process
     started elsewhere than job.cli, e.g. in a test or a benchmark) and the threads' wait policy
     (bounded_thread_waits: in effect when this is the process's first import of torch)."""
-    waits = bounded_thread_waits()
+    waits, primitives = bounded_thread_waits(), bounded_primitive_cache(s.forward_workers)
     import torch  # deferred: torch loads only where a model runs
 
     allocator = configure_process().allocator_record()
@@ -259,6 +284,7 @@ def configure_torch(s: Settings) -> dict[str, Any]:
         "parallel_info": torch.__config__.parallel_info().strip().splitlines()[:6],
         "allocator": allocator,
         "thread_waits": waits,
+        "primitive_cache": primitives,
     }
 
 

@@ -91,8 +91,8 @@ def transformers_model(model_dir: Path, attn: str) -> Any:
 
 def job_forward(model_dir: Path, threads: str, onednn: bool = False) -> tuple[Callable[..., Any], dict[str, Any]]:
     """The job's forward, set up exactly as `python -m job run` sets it up (configure_torch before
-    torch is first imported, so that its threads wait as a run's do); with `onednn`, as under a
-    protocol whose inference.linear_kernels is onednn."""
+    torch is first imported, so that its threads wait and oneDNN keeps primitives as a run's do);
+    with `onednn`, as under a protocol whose inference.linear_kernels is onednn."""
     from job.model import load_model
     from job.protocol import DEFAULT_PROTOCOL, load_protocol
     from job.runtime import Settings, configure_torch
@@ -109,7 +109,8 @@ def job_forward(model_dir: Path, threads: str, onednn: bool = False) -> tuple[Ca
     return JobPasses(model.forward, model.pad_id, s.forward_workers), {
         "threads": int(torch.get_num_threads()), "thread_choice": choice, "forward": model.choice.record(),
         "linear_kernels": s.linear_kernels, "deterministic": info["deterministic_algorithms"],
-        "thread_waits": info["thread_waits"], "forward_workers": s.forward_workers}
+        "thread_waits": info["thread_waits"], "primitive_cache": info["primitive_cache"],
+        "forward_workers": s.forward_workers}
 
 
 class JobPasses:

@@ -51,11 +51,15 @@ def test_tiny_goldens_hold_under_a_limited_instruction_set(isa: str, tiny_world:
     assert isa.upper() in kind["isa"] and (kind != cpu_kind() or isa.upper() in cpu_kind()["isa"])
     compare("tiny", out, None, kind=kind)
     # a run's first import of torch comes after its threads are told how long to spin
-    waits = json.loads((out / "data" / "environment.json").read_text())["torch"]["thread_waits"]
+    torch = json.loads((out / "data" / "environment.json").read_text())["torch"]
     policy, spins = os.environ.get("OMP_WAIT_POLICY"), os.environ.get("GOMP_SPINCOUNT")
     decided = policy is not None or spins is not None
-    assert waits == {"omp_wait_policy": policy, "gomp_spincount": spins if decided else "10000",
-                     "set_by_job": not decided}
+    assert torch["thread_waits"] == {"omp_wait_policy": policy, "gomp_spincount": spins if decided else "10000",
+                                     "set_by_job": not decided}
+    # and oneDNN's primitive cache its bound (one forward at a time here)
+    held = next((os.environ[k] for k in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "DNNL_PRIMITIVE_CACHE_CAPACITY")
+                 if k in os.environ), None)
+    assert torch["primitive_cache"] == {"onednn_primitive_cache_capacity": held or "16", "set_by_job": held is None}
 
 
 def test_the_intel_written_tiny_bundle_is_within_the_tolerances() -> None:

@@ -238,6 +238,43 @@ def test_a_packed_forward_and_its_check_leave_the_plain_weights_out_of_memory(tm
     assert sum(resident_pages(w) for w in plain) > 0  # the plain forward read them: the count sees pages
 
 
+def test_a_packed_forward_reads_no_small_tensor_from_the_model_file(tmp_path: Path) -> None:
+    """With onednn the biases and layer norms are copies, not the file's mapping: read there at every
+    product, each would map the file's pages around it back in, whole page-cache folios of the
+    neighbouring plain weights where the file was last read with read() (a download, a hash), as
+    on Linux 6.18 with ext4. A model of DistilBERT's layer widths, so that readahead makes such
+    folios; MKL's kernels keep reading the mapping, as they read the plain weights anyway."""
+    import torch
+    from transformers import DistilBertConfig, DistilBertForSequenceClassification
+
+    from job.distilbert import DistilBertClassifier
+    from job.mapped_pages import file_backing
+
+    torch.manual_seed(0)
+    config = DistilBertConfig(vocab_size=300, dim=768, n_layers=2, n_heads=12, hidden_dim=3072, num_labels=2)
+    DistilBertForSequenceClassification(config).save_pretrained(tmp_path, safe_serialization=True)
+    weights = tmp_path / "model.safetensors"
+    fd = os.open(weights, os.O_RDONLY)
+    try:  # the file's pages out of the page cache, then in again by read(), as after a download
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    weights.read_bytes()
+    model = DistilBertClassifier.load(tmp_path, LinearKernels("onednn"))
+    if model.word_rows is None:
+        pytest.skip("this platform does not memory-map safetensors or has no /proc/self/pagemap")
+    small = [t for t in model.tensors.values() if t.dim() == 1]
+    assert len(small) == 2 * 10 + 2 + 2 and all(file_backing(t) is None for t in small)
+    plain = model.kernels.packed_weights()
+    ids = np.random.default_rng(0).integers(5, 300, (4, 9))
+    with torch.inference_mode():
+        model(ids, np.ones_like(ids))
+    assert sum(resident_pages(w) for w in plain) == 0
+    mkl = DistilBertClassifier.load(tmp_path, LinearKernels("mkl"))
+    assert all(file_backing(t) is not None for t in mkl.tensors.values() if t.dim() == 1)
+
+
 class _Unpacked(LinearKernels):
     def pack(self, weight: Any, bias: Any = None) -> bool:
         return False

@@ -72,6 +72,53 @@ def test_threads_spin_briefly_unless_the_environment_or_an_earlier_torch_import_
         {"omp_wait_policy": None, "gomp_spincount": None, "set_by_job": False}, {}]
 
 
+_CACHE = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "DNNL_PRIMITIVE_CACHE_CAPACITY")
+
+
+def test_onednn_keeps_16_primitives_per_forward_unless_the_environment_or_an_earlier_torch_import_decides() -> None:
+    code = ("import json\n"
+            "from job.runtime import bounded_primitive_cache as bound\n"
+            "env, new, old = {}, {'ONEDNN_PRIMITIVE_CACHE_CAPACITY': '8'}, {'DNNL_PRIMITIVE_CACHE_CAPACITY': '4'}\n"
+            "out = [bound(2, env), env, bound(2, new), new, bound(2, old), old]\n"
+            "import torch\n"
+            "out += [bound(2, late := {}), late]\n"
+            "print(json.dumps(out))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
+                          env={k: v for k, v in os.environ.items() if k not in _CACHE})
+    assert json.loads(done.stdout) == [
+        {"onednn_primitive_cache_capacity": "32", "set_by_job": True}, {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "32"},
+        {"onednn_primitive_cache_capacity": "8", "set_by_job": False}, {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "8"},
+        {"onednn_primitive_cache_capacity": "4", "set_by_job": False}, {"DNNL_PRIMITIVE_CACHE_CAPACITY": "4"},
+        {"onednn_primitive_cache_capacity": None, "set_by_job": False}, {}]
+
+
+@pytest.mark.parametrize("bounded", [True, False])
+def test_onednn_takes_the_bound_and_makes_an_evicted_primitive_again(bounded: bool) -> None:
+    """oneDNN reads the capacity the job sets (at its first primitive): with 16, the first of 20
+    shapes is evicted and made again, a cache miss in oneDNN's own log; at its default of 1024 it is
+    found. The product is the same bits either way."""
+    code = ("import sys\n"
+            "from job.runtime import bounded_primitive_cache\n"
+            f"if {bounded}: bounded_primitive_cache(1)\n"
+            "import torch\n"
+            "if not torch.backends.mkldnn.is_available(): sys.exit(3)\n"
+            "w = torch.linspace(-1, 1, 64).reshape(8, 8)\n"
+            "def ip(m): return torch.ops.mkldnn._linear_pointwise(torch.ones(m, 8), w, None, 'none', [], '')\n"
+            "first = ip(2)\n"
+            "for m in range(3, 22): ip(m)\n"
+            "print('=== again', flush=True)\n"
+            "assert torch.equal(ip(2), first)\n")
+    env = {k: v for k, v in os.environ.items() if k not in _CACHE}
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False,
+                          env={**env, "ONEDNN_VERBOSE": "all"}, timeout=120)
+    if done.returncode == 3:
+        pytest.skip("this torch has no oneDNN")
+    assert done.returncode == 0, done.stderr
+    again = done.stdout.split("=== again", 1)[1]
+    made = [line.split(",")[3] for line in again.splitlines() if ",inner_product," in line and ",create" in line]
+    assert made == ["create:cache_miss" if bounded else "create:cache_hit"]
+
+
 def test_the_run_records_its_thread_choice(tiny_bundle: Path) -> None:
     environment = json.loads((tiny_bundle / "data" / "environment.json").read_text())
     protocol = json.loads((tiny_bundle / "data" / "protocol.json").read_text())
