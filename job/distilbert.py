@@ -80,10 +80,10 @@ class DistilBertClassifier:
         self.kernels = LinearKernels() if kernels is None else kernels
         if self.kernels.hands_back_weights:
             # The plain weights' file pages are handed back once packed; a bias or layer norm read
-            # from the same mapping at every product would map the pages around it back in (whole
-            # page-cache folios of the neighbouring weights: 24.5 MB of them after 20 batches, and
-            # the forward check's peak up by as much). Copies of these small tensors (256 KB for
-            # DistilBERT) hold the same values, so the arithmetic is the same.
+            # from the same mapping at every layer would map the pages around it back in: whole
+            # page-cache folios of the neighbouring weights where the file was last read by read(),
+            # 76.6 MB of them after 20 batches of the full-size model (docs/PERFORMANCE.md). Copies
+            # of these small tensors (about 250 KB for DistilBERT) hold the same bits.
             tensors = {n: t.clone() if t.dim() == 1 else t for n, t in tensors.items()}
         self.tensors = dict(tensors)  # by checkpoint name, for a reference forward on the same tensors
         self.word = tensors[WORD_EMBEDDINGS]
@@ -125,8 +125,9 @@ class DistilBertClassifier:
 
     @classmethod
     def load(cls, model_dir: Path, kernels: LinearKernels | None = None) -> DistilBertClassifier:
-        """From config.json and model.safetensors (tensors memory-mapped, not copied), the linear
-        layers on `kernels`. Unsupported, with the reason, when they are not a float32 DistilBERT
+        """From config.json and model.safetensors (tensors memory-mapped, not copied, except the
+        one-dimensional ones where `kernels` hand the weights' pages back), the linear layers on
+        `kernels`. Unsupported, with the reason, when they are not a float32 DistilBERT
         sequence classifier in transformers' tensor layout (job.model then runs transformers' own
         forward and records why)."""
         import torch  # deferred: torch loads only where a model runs

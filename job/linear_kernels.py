@@ -78,8 +78,9 @@ class LinearKernels:
 
     @property
     def hands_back_weights(self) -> bool:
-        """Whether pack hands a packed weight's file pages back (onednn), so that nothing else should
-        keep reading from the model file's mapping at every product."""
+        """Whether these kernels hand back the model file's pages of each weight they pack (onednn;
+        mkl packs none), so that a model on them should read nothing else from that mapping at
+        every layer."""
         return self.name != DEFAULT
 
     def pack(self, weight: Any, bias: Any = None) -> bool:

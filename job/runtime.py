@@ -27,7 +27,8 @@ GOMP_SPINCOUNT = "10000"
 """How long torch's OpenMP threads spin at a barrier before they sleep (see bounded_thread_waits)."""
 PRIMITIVES_PER_WORKER = 16
 """oneDNN primitives kept per concurrent forward (see bounded_primitive_cache)."""
-_CACHE_VARS = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "DNNL_PRIMITIVE_CACHE_CAPACITY")
+PRIMITIVE_CACHE_VARS = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "DNNL_PRIMITIVE_CACHE_CAPACITY")
+"""oneDNN's names for its primitive cache's capacity, the first winning where both are set."""
 
 
 def usable_cpus() -> list[int]:
@@ -188,6 +189,15 @@ def forward_pool(workers: int) -> Iterator[ThreadPoolExecutor]:
         yield pool
 
 
+def _set_unless_decided(environ: MutableMapping[str, str], name: str, value: str, deciders: Iterable[str]) -> bool:
+    """Put `name`=`value` into `environ` unless torch is imported already (its libraries read such a
+    variable once, at load or at their first use) or `environ` sets any of `deciders`; True where set."""
+    if "torch" in sys.modules or any(k in environ for k in deciders):
+        return False
+    environ[name] = value
+    return True
+
+
 def bounded_thread_waits(environ: MutableMapping[str, str] = os.environ) -> dict[str, Any]:
     """Let torch's OpenMP threads spin only briefly at a barrier before they sleep: GOMP_SPINCOUNT
     (libgomp, the OpenMP runtime of torch's Linux wheels) in this process's environment, unless the
@@ -205,32 +215,30 @@ def bounded_thread_waits(environ: MutableMapping[str, str] = os.environ) -> dict
       with two other busy processes and still faster than 1 thread with four.
     Waiting is not arithmetic: the logits are bit-identical under every policy."""
     policy, spins = environ.get("OMP_WAIT_POLICY"), environ.get("GOMP_SPINCOUNT")
-    if "torch" in sys.modules or policy is not None or spins is not None:
-        return {"omp_wait_policy": policy, "gomp_spincount": spins, "set_by_job": False}
-    environ["GOMP_SPINCOUNT"] = GOMP_SPINCOUNT
-    return {"omp_wait_policy": None, "gomp_spincount": GOMP_SPINCOUNT, "set_by_job": True}
+    if _set_unless_decided(environ, "GOMP_SPINCOUNT", GOMP_SPINCOUNT, ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")):
+        return {"omp_wait_policy": None, "gomp_spincount": GOMP_SPINCOUNT, "set_by_job": True}
+    return {"omp_wait_policy": policy, "gomp_spincount": spins, "set_by_job": False}
 
 
 def bounded_primitive_cache(workers: int, environ: MutableMapping[str, str] = os.environ) -> dict[str, Any]:
-    """Keep PRIMITIVES_PER_WORKER oneDNN primitives per concurrent forward instead of oneDNN's
+    """Keep PRIMITIVES_PER_WORKER oneDNN primitives per concurrent forward (`workers`: a run's
+    Settings.forward_workers; the cache is the process's, shared by all threads) instead of oneDNN's
     default 1024: ONEDNN_PRIMITIVE_CACHE_CAPACITY in this process's environment, unless the
-    environment already sets it (or its older name DNNL_). oneDNN reads it at its first primitive,
-    which needs torch, so it is set only before torch is imported; the record says what holds:
-    what was set, or the environment's, or None for oneDNN's default.
+    environment sets it or its older name DNNL_PRIMITIVE_CACHE_CAPACITY. oneDNN reads it at its
+    first primitive, which needs torch, so it is set only before torch is imported. The record says
+    what holds: the value set, or the environment's as given, or None where oneDNN's default does.
 
-    Every batch has its own token count, and oneDNN builds a primitive (with JIT code) per shape: a
-    forward under `linear_kernels: onednn` makes about 9 per batch (three inner products, their
-    nested matmuls, GELU's eltwise, the head's two) and reuses them within the batch only. At
-    the default the cache kept every batch's, and a formal run under that protocol peaked at 715-725
-    MB at 2 threads; bounded, at 663-666 MB, in the same time (docs/PERFORMANCE.md, "oneDNN's
-    primitive cache"). A primitive made again is the same kernel: the logits are bit-identical at
-    any capacity."""
-    held = next(((k, environ[k]) for k in _CACHE_VARS if k in environ), None)
-    if "torch" in sys.modules or held is not None:
-        return {"onednn_primitive_cache_capacity": held and held[1], "set_by_job": False}
+    Every batch has its own token count, and oneDNN builds a primitive, with its own JIT code, per
+    shape. Under `linear_kernels: onednn` each batch makes seven new ones (three inner products,
+    the matmul nested in each, GELU's eltwise), used only within that batch; the head's, shaped by
+    the batch's row count, recur. At the default the cache kept them all, and a formal run under that
+    protocol peaked at 715-725 MB at 2 threads; bounded, at 663-666 MB, in the same time
+    (docs/PERFORMANCE.md, "oneDNN's primitive cache"). A primitive made again is the same kernel: the
+    logits are bit-identical at any capacity."""
     capacity = str(PRIMITIVES_PER_WORKER * max(1, workers))
-    environ[_CACHE_VARS[0]] = capacity
-    return {"onednn_primitive_cache_capacity": capacity, "set_by_job": True}
+    set_by_job = _set_unless_decided(environ, PRIMITIVE_CACHE_VARS[0], capacity, PRIMITIVE_CACHE_VARS)
+    held = next((environ[k] for k in PRIMITIVE_CACHE_VARS if k in environ), None)
+    return {"onednn_primitive_cache_capacity": held, "set_by_job": set_by_job}
 
 
 def set_deterministic(mode: bool) -> None:
@@ -263,8 +271,9 @@ def set_deterministic(mode: bool) -> None:
 def configure_torch(s: Settings) -> dict[str, Any]:
     """Apply the protocol's threads, seed and determinism; return what torch reports back, with the
     process's memory settings (job.process.configure_process: applied here too when the process
-    started elsewhere than job.cli, e.g. in a test or a benchmark) and the threads' wait policy
-    (bounded_thread_waits: in effect when this is the process's first import of torch)."""
+    started elsewhere than job.cli, e.g. in a test or a benchmark), the threads' wait policy and
+    oneDNN's cache bound (bounded_thread_waits, bounded_primitive_cache: in effect when this is the
+    process's first import of torch)."""
     waits, primitives = bounded_thread_waits(), bounded_primitive_cache(s.forward_workers)
     import torch  # deferred: torch loads only where a model runs
 

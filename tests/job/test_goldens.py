@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from job.runtime import BATCHES, PRIMITIVE_CACHE_VARS, PRIMITIVES_PER_WORKER
 from tests.factory import make_lock
 from tests.goldens import (
     EXACT,
@@ -51,15 +52,17 @@ def test_tiny_goldens_hold_under_a_limited_instruction_set(isa: str, tiny_world:
     assert isa.upper() in kind["isa"] and (kind != cpu_kind() or isa.upper() in cpu_kind()["isa"])
     compare("tiny", out, None, kind=kind)
     # a run's first import of torch comes after its threads are told how long to spin
-    torch = json.loads((out / "data" / "environment.json").read_text())["torch"]
+    environment = json.loads((out / "data" / "environment.json").read_text())
+    torch, threads = environment["torch"], environment["threads"]
     policy, spins = os.environ.get("OMP_WAIT_POLICY"), os.environ.get("GOMP_SPINCOUNT")
     decided = policy is not None or spins is not None
     assert torch["thread_waits"] == {"omp_wait_policy": policy, "gomp_spincount": spins if decided else "10000",
                                      "set_by_job": not decided}
-    # and oneDNN's primitive cache its bound (one forward at a time here)
-    held = next((os.environ[k] for k in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "DNNL_PRIMITIVE_CACHE_CAPACITY")
-                 if k in os.environ), None)
-    assert torch["primitive_cache"] == {"onednn_primitive_cache_capacity": held or "16", "set_by_job": held is None}
+    # and oneDNN's primitive cache is bounded by the forwards the run had at once
+    workers = threads["used"] if threads["layout"] == BATCHES else 1
+    held = next((os.environ[k] for k in PRIMITIVE_CACHE_VARS if k in os.environ), None)
+    assert torch["primitive_cache"] == {"onednn_primitive_cache_capacity": held or str(PRIMITIVES_PER_WORKER * workers),
+                                        "set_by_job": held is None}
 
 
 def test_the_intel_written_tiny_bundle_is_within_the_tolerances() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 
 from job.cli import main
 from job.errors import JobError
-from job.runtime import BATCHES, OPERATORS, ThreadChoice, cpu_quota, physical_cores
+from job.runtime import BATCHES, OPERATORS, PRIMITIVE_CACHE_VARS, ThreadChoice, cpu_quota, physical_cores
 from tests.factory import REPO, edited_json
 from verify.result import Failed
 from verify.run_settings import check_threads
@@ -72,10 +73,13 @@ def test_threads_spin_briefly_unless_the_environment_or_an_earlier_torch_import_
         {"omp_wait_policy": None, "gomp_spincount": None, "set_by_job": False}, {}]
 
 
-_CACHE = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "DNNL_PRIMITIVE_CACHE_CAPACITY")
+def _without_cache_vars() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in PRIMITIVE_CACHE_VARS}
 
 
 def test_onednn_keeps_16_primitives_per_forward_unless_the_environment_or_an_earlier_torch_import_decides() -> None:
+    """ONEDNN_PRIMITIVE_CACHE_CAPACITY goes into the environment only before torch is imported and
+    only where neither it nor its older name is set; the record says what holds."""
     code = ("import json\n"
             "from job.runtime import bounded_primitive_cache as bound\n"
             "env, new, old = {}, {'ONEDNN_PRIMITIVE_CACHE_CAPACITY': '8'}, {'DNNL_PRIMITIVE_CACHE_CAPACITY': '4'}\n"
@@ -84,12 +88,25 @@ def test_onednn_keeps_16_primitives_per_forward_unless_the_environment_or_an_ear
             "out += [bound(2, late := {}), late]\n"
             "print(json.dumps(out))\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
-                          env={k: v for k, v in os.environ.items() if k not in _CACHE})
+                          env=_without_cache_vars())
     assert json.loads(done.stdout) == [
         {"onednn_primitive_cache_capacity": "32", "set_by_job": True}, {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "32"},
         {"onednn_primitive_cache_capacity": "8", "set_by_job": False}, {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "8"},
         {"onednn_primitive_cache_capacity": "4", "set_by_job": False}, {"DNNL_PRIMITIVE_CACHE_CAPACITY": "4"},
         {"onednn_primitive_cache_capacity": None, "set_by_job": False}, {}]
+
+
+@pytest.mark.parametrize(("layout", "capacity"), [(BATCHES, "32"), (OPERATORS, "16")])
+def test_a_run_bounds_the_cache_by_its_concurrent_forwards(layout: str, capacity: str) -> None:
+    """At 2 threads: two forwards at once in the batches layout, one on both threads otherwise."""
+    code = ("import json\n"
+            "from job.protocol import DEFAULT_PROTOCOL, load_protocol\n"
+            "from job.runtime import Settings, configure_torch\n"
+            f"s = Settings.from_protocol(load_protocol(DEFAULT_PROTOCOL).inference, 2, layout={layout!r})\n"
+            "print(json.dumps(configure_torch(s)['primitive_cache']))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
+                          env=_without_cache_vars())
+    assert json.loads(done.stdout) == {"onednn_primitive_cache_capacity": capacity, "set_by_job": True}
 
 
 @pytest.mark.parametrize("bounded", [True, False])
@@ -108,14 +125,14 @@ def test_onednn_takes_the_bound_and_makes_an_evicted_primitive_again(bounded: bo
             "for m in range(3, 22): ip(m)\n"
             "print('=== again', flush=True)\n"
             "assert torch.equal(ip(2), first)\n")
-    env = {k: v for k, v in os.environ.items() if k not in _CACHE}
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False,
-                          env={**env, "ONEDNN_VERBOSE": "all"}, timeout=120)
+                          env={**_without_cache_vars(), "ONEDNN_VERBOSE": "all"}, timeout=120)
     if done.returncode == 3:
         pytest.skip("this torch has no oneDNN")
     assert done.returncode == 0, done.stderr
-    again = done.stdout.split("=== again", 1)[1]
-    made = [line.split(",")[3] for line in again.splitlines() if ",inner_product," in line and ",create" in line]
+    # oneDNN's log lines: onednn_verbose[,v1],primitive,create:cache_hit|create:cache_miss,cpu,inner_product,...
+    made = re.findall(r"^onednn_verbose(?:,v\d+)?,primitive,(create:cache_\w+),cpu,inner_product,",
+                      done.stdout.split("=== again", 1)[1], flags=re.MULTILINE)
     assert made == ["create:cache_miss" if bounded else "create:cache_hit"]
 
 
