@@ -45,6 +45,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from scripts.generated_split import write_protocol
 
 FIXTURES = REPO.parent / "shared" / "fixtures"
 REAL_CONFIG = FIXTURES / "distilbert-sst2-real-config"
@@ -295,9 +296,7 @@ def formal_run(protocol_path: Path, lock: Path, workdir: Path, threads: int | No
         extra = ["--threads", str(threads)]
         doc = json.loads(protocol_path.read_text())
         if threads > doc["inference"]["torch_threads"]:
-            doc["inference"]["torch_threads"] = threads
-            proto = workdir / f"protocol-{threads}.json"
-            proto.write_text(json.dumps(doc, indent=2))
+            proto = write_protocol(workdir / f"protocol-{threads}.json", doc, {"torch_threads": threads})
     out = workdir / f"run-{threads}"
     log = workdir / f"run-{threads}.log"
     cmd = [sys.executable, "-m", "job", "run", "--protocol", str(proto), "--resources", str(lock),

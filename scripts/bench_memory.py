@@ -28,6 +28,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from bundle.layout import LINEAR_KERNELS  # the format's names (bundle imports no torch)
+from scripts.generated_split import write_protocol
 
 FIELDS = ("VmRSS", "RssAnon", "RssFile", "VmHWM")
 
@@ -124,9 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         lock = write_lock(Path(tmp) / "lock.json", model_dir, protocol.doc)
         protocol_path = DEFAULT_PROTOCOL
         if args.linear_kernels is not None:  # the formal protocol as loaded above, with those kernels
-            doc = {**protocol.doc, "inference": {**protocol.doc["inference"], "linear_kernels": args.linear_kernels}}
-            protocol_path = Path(tmp) / "protocol.json"
-            protocol_path.write_text(json.dumps(doc, indent=2) + "\n")
+            protocol_path = write_protocol(Path(tmp) / "protocol.json", protocol.doc,
+                                           {"linear_kernels": args.linear_kernels})
         out = args.keep or Path(tmp) / "run"
         trace = Path(tmp) / "trace.json"
         cmd = [sys.executable, "-c", _CHILD % {"fields": FIELDS}, "run", "--protocol", str(protocol_path),

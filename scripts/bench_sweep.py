@@ -33,6 +33,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from scripts.generated_split import write_protocol
 
 
 def _env() -> dict[str, str]:
@@ -99,11 +100,8 @@ def _ray_sweep(sweep: Path, tmp: Path, key: Path) -> tuple[float, Path]:
 def _loop(sweep: Any, lock: Path, tmp: Path, threads: int) -> float:
     total = 0.0
     for m in sweep.members:
-        doc = json.loads(m.protocol)
-        doc["inference"]["torch_threads"] = threads
-        protocol = tmp / "protocols" / f"{m.name}.json"
-        protocol.parent.mkdir(exist_ok=True)
-        protocol.write_text(json.dumps(doc, indent=2))
+        protocol = write_protocol(tmp / "protocols" / f"{m.name}.json", json.loads(m.protocol),
+                                  {"torch_threads": threads})
         wall, _ = _timed([sys.executable, "-m", "job", "run", "--protocol", str(protocol), "--resources", str(lock),
                           "--out", str(tmp / "loop" / m.name), "--ephemeral-key", "--no-progress"], dict(os.environ))
         total += wall

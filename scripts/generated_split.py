@@ -1,7 +1,9 @@
 """The generated large split the benchmarks run on: random short sentences from a small word list,
 the repository's protocol resized to them, and a resource lock for them with any classifier
 folder, and a tiny generated classifier. Shared by scripts/bench_sharded.py, scripts/bench_large.py and
-the test fixtures (tests/factory.py), so that every figure is measured on the same data."""
+the test fixtures (tests/factory.py), so that every figure is measured on the same data.
+`write_protocol`, the one way a benchmark writes an edited copy of a protocol, is shared by every
+benchmark that runs the job on settings other than a protocol's own."""
 
 from __future__ import annotations
 
@@ -35,6 +37,16 @@ def make_data(path: Path, rows: int, seed: int = SEED) -> Path:
     return path
 
 
+def write_protocol(path: Path, doc: dict[str, Any], inference: dict[str, Any] | None = None) -> Path:
+    """`doc`, a protocol document, written to `path` with the fields of `inference` set in its
+    `inference` section; `doc` itself is left as it was. The copy is what a benchmark hands to
+    `job run --protocol`, so the job checks it as it checks any protocol."""
+    edited = {**doc, "inference": {**doc["inference"], **(inference or {})}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(edited, indent=2) + "\n")
+    return path
+
+
 def make_protocol(path: Path, rows: int, threads: int | None = None) -> Path:
     """The repository's protocol with pools explore 256, calibration 256 and audit the rest of
     `rows`; torch_threads `threads` when given."""
@@ -43,10 +55,7 @@ def make_protocol(path: Path, rows: int, threads: int | None = None) -> Path:
     for pool in doc["split"]["pools"]:
         pool["size"] = sizes[pool["name"]]
     doc["resources"]["dataset"]["rows"] = rows
-    if threads is not None:
-        doc["inference"]["torch_threads"] = threads
-    path.write_text(json.dumps(doc, indent=2))
-    return path
+    return write_protocol(path, doc, {} if threads is None else {"torch_threads": threads})
 
 
 def make_lock(path: Path, model_dir: Path, dataset: Path, rows: int, labels: list[str]) -> Path:
