@@ -2,8 +2,8 @@
 the repository's protocol resized to them, and a resource lock for them with any classifier
 folder, and a tiny generated classifier. Shared by scripts/bench_sharded.py, scripts/bench_large.py and
 the test fixtures (tests/factory.py), so that every figure is measured on the same data.
-`write_protocol`, the one way a benchmark writes an edited copy of a protocol, is shared by every
-benchmark that runs the job on settings other than a protocol's own."""
+`write_protocol` writes the edited protocol copies that benchmarks hand to `job run --protocol`:
+bench.py's formal run, bench_sweep's loop, bench_memory and `make_protocol` below."""
 
 from __future__ import annotations
 
